@@ -1,0 +1,142 @@
+"""Domain objects shared by every stage: results of one run, and the errors the gate raises.
+
+Data flows one way: a reader (``results.py`` for lm-eval output, ``store.py`` for baseline files)
+builds a ``RunResults``; ``compare.py`` pairs two of them and calls the pure statistics in
+``stats/``; ``report.py`` renders the outcome; ``publish/`` talks to GitHub.
+
+Nothing here imports torch, lm-eval or does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+# How per-item values turn into the task score, which decides the statistics used:
+#   "mean":   one float per item; score = mean (acc, acc_norm, exact_match, ...)
+#   "ratio":  [loglikelihood, count] per item; score = f(sum ll, sum count)
+#             (word_perplexity, byte_perplexity, bits_per_byte; perplexity uses count=1)
+#   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, ter)
+Kind = Literal["mean", "ratio", "corpus"]
+
+# lm-eval aggregation names for "ratio" and "corpus" kinds.
+RATIO_AGGREGATIONS = ("weighted_perplexity", "bits_per_byte", "perplexity")
+CORPUS_AGGREGATIONS = ("bleu", "chrf", "ter")
+
+
+class GateError(Exception):
+    """Bad input or usage: the CLI prints ``str(err)`` as one line and exits 2.
+
+    Messages name the file (or flag) and the problem, e.g.
+    ``runs/cand/results_x.json: not valid JSON (line 3, column 1)``.
+    """
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """Identifies one gated quantity: a metric of a task under one filter."""
+
+    task: str
+    filter: str
+    metric: str
+
+    def __str__(self) -> str:
+        return f"{self.task}/{self.metric},{self.filter}"
+
+
+@dataclass
+class MetricSeries:
+    """Per-item values of one (task, filter, metric), sorted by doc_id.
+
+    values:
+      kind "mean":   float64 array, shape (n,). Repeats are already averaged per item.
+      kind "ratio":  float64 array, shape (n, 2): [loglikelihood, count].
+      kind "corpus": object array, shape (n, 2): [reference, prediction] strings.
+    hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex, may be
+      truncated to a common prefix length by the baseline store; compare on that prefix).
+    clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).
+    reported: the aggregate lm-eval wrote in results.json (None for a baseline file that
+      has no results.json; the store keeps it though).
+    """
+
+    key: SeriesKey
+    kind: Kind
+    aggregation: str
+    higher_is_better: bool
+    doc_ids: np.ndarray
+    values: np.ndarray
+    hashes: np.ndarray
+    reported: float | None = None
+    clusters: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.doc_ids.shape[0])
+
+
+@dataclass
+class ItemSnippet:
+    """Short, raw (unescaped) text of one item, for the report's "right to wrong" list."""
+
+    prompt: str
+    output: str
+    target: str
+
+
+@dataclass
+class Provenance:
+    """What a reviewer needs to trust that two runs measured the same thing.
+
+    ``configs`` are lm-eval's per-task configs with the model arguments that lm-eval merges
+    into ``metadata`` (pretrained, dtype, ...) and ``config_source`` removed, so that two models
+    evaluated on the same task have equal configs.
+    ``manifest`` is gatekeeper's own run manifest when present (model sha256, hardware, suite
+    hash, wall time), else {}.
+    """
+
+    source: str
+    lm_eval_version: str | None = None
+    task_versions: dict[str, Any] = field(default_factory=dict)
+    n_shot: dict[str, Any] = field(default_factory=dict)
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seeds: dict[str, Any] = field(default_factory=dict)
+    limit: Any = None
+    n_samples: dict[str, dict[str, Any]] = field(default_factory=dict)
+    task_hashes: dict[str, str] = field(default_factory=dict)
+    model_name: str | None = None
+    model_dtype: str | None = None
+    batch_size: Any = None
+    device: str | None = None
+    chat_template_sha: str | None = None
+    transformers_version: str | None = None
+    date: float | None = None
+    suite_hash: str | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResults:
+    """Everything the gate knows about one evaluation run (or one stored baseline).
+
+    series:   per (task, filter, metric) per-item values, leaf tasks only.
+    groups:   lm-eval group aggregates as written in results.json:
+              {group: {"acc,none": 0.646, ...}}; informational, never tested.
+    group_subtasks: {group: [subtask, ...]}.
+    snippets: {(task, filter): {doc_id: ItemSnippet}} from samples files; empty for baselines.
+    notes:    human-readable remarks made while loading ("3 runs in DIR, took the newest: ...").
+    """
+
+    provenance: Provenance
+    series: dict[SeriesKey, MetricSeries]
+    groups: dict[str, dict[str, float]] = field(default_factory=dict)
+    group_subtasks: dict[str, list[str]] = field(default_factory=dict)
+    snippets: dict[tuple[str, str], dict[int, ItemSnippet]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tasks(self) -> list[str]:
+        return sorted({k.task for k in self.series})

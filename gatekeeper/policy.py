@@ -1,0 +1,129 @@
+"""Gate policy: which (task, filter, metric) gate, their margins, alpha and correction.
+
+A policy comes from ``--policy FILE`` (a YAML file with these keys at the top level or under
+``policy:``; a suite file works too) and from command-line defaults.
+
+    alpha: 0.05
+    correction: holm          # holm | bonferroni | bh | none
+    margin: 0.0               # default margin, in each metric's own units
+    resamples: 10000
+    rules:                    # first match wins; globs allowed in task/filter/metric
+      - {task: arith_mc, metric: acc, margin: 0.03}
+      - {task: "*", metric: acc_norm, gate: false}     # informational only
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gatekeeper.model import GateError, SeriesKey
+
+CORRECTIONS = ("holm", "bonferroni", "bh", "none")
+
+
+@dataclass(frozen=True)
+class Rule:
+    task: str = "*"
+    filter: str = "*"
+    metric: str = "*"
+    margin: float | None = None
+    gate: bool = True
+
+    def matches(self, key: SeriesKey) -> bool:
+        return (
+            fnmatch.fnmatchcase(key.task, self.task)
+            and fnmatch.fnmatchcase(key.filter, self.filter)
+            and fnmatch.fnmatchcase(key.metric, self.metric)
+        )
+
+
+@dataclass
+class Policy:
+    alpha: float = 0.05
+    correction: str = "holm"
+    margin: float = 0.0
+    resamples: int = 10000
+    rules: list[Rule] = field(default_factory=list)
+
+    def lookup(self, key: SeriesKey) -> tuple[float, bool]:
+        """(margin, gated) for one series: the first matching rule, else the defaults."""
+        for rule in self.rules:
+            if rule.matches(key):
+                return (self.margin if rule.margin is None else rule.margin), rule.gate
+        return self.margin, True
+
+    def validate(self, where: str = "policy") -> None:
+        if not 0 < self.alpha < 1:
+            raise GateError(f"{where}: alpha must be between 0 and 1, got {self.alpha}")
+        if self.correction not in CORRECTIONS:
+            raise GateError(
+                f"{where}: correction must be one of {', '.join(CORRECTIONS)}, got {self.correction!r}"
+            )
+        if self.margin < 0 or any(r.margin is not None and r.margin < 0 for r in self.rules):
+            raise GateError(f"{where}: margins must be >= 0 (they are drops in the metric's units)")
+        if self.resamples < 100:
+            raise GateError(f"{where}: resamples must be >= 100, got {self.resamples}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "policy") -> Policy:
+        if not isinstance(data, dict):
+            raise GateError(f"{where}: expected a mapping")
+        known = {"alpha", "correction", "margin", "resamples", "rules"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise GateError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        rules = []
+        for i, r in enumerate(data.get("rules") or []):
+            if not isinstance(r, dict) or set(r) - {"task", "filter", "metric", "margin", "gate"}:
+                raise GateError(f"{where}: rules[{i}]: expected keys task, filter, metric, margin, gate")
+            try:
+                rules.append(
+                    Rule(
+                        task=str(r.get("task", "*")),
+                        filter=str(r.get("filter", "*")),
+                        metric=str(r.get("metric", "*")),
+                        margin=None if r.get("margin") is None else float(r["margin"]),
+                        gate=bool(r.get("gate", True)),
+                    )
+                )
+            except (TypeError, ValueError) as exc:
+                raise GateError(f"{where}: rules[{i}]: {exc}") from None
+        try:
+            policy = cls(
+                alpha=float(data.get("alpha", 0.05)),
+                correction=str(data.get("correction", "holm")),
+                margin=float(data.get("margin", 0.0)),
+                resamples=int(data.get("resamples", 10000)),
+                rules=rules,
+            )
+        except (TypeError, ValueError) as exc:
+            raise GateError(f"{where}: {exc}") from None
+        policy.validate(where)
+        return policy
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy file, or the policy of a suite file (see ``gatekeeper.suite``)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read policy file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark else ""
+        raise GateError(f"{path}: not valid YAML{at}") from None
+    if isinstance(data, dict) and "tasks" in data:
+        from gatekeeper.suite import load_suite  # a suite file: its policy section and task rules
+
+        return load_suite(path).policy
+    if isinstance(data, dict) and "policy" in data:
+        data = data["policy"]
+    return Policy.from_dict(data or {}, where=str(path))
