@@ -50,10 +50,19 @@ class Policy:
     resamples: int = 10000
     rules: list[Rule] = field(default_factory=list)
 
-    def lookup(self, key: SeriesKey) -> tuple[float, bool]:
-        """(margin, gated) for one series: the first matching rule, else the defaults."""
+    def lookup(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> tuple[float, bool]:
+        """(margin, gated) for one series: the first matching rule, else the defaults.
+
+        ``parents`` are the groups the task belongs to: a rule written for a group
+        (``task: mmlu``) applies to its subtasks when no rule names the subtask itself.
+        """
+        for name in (key.task, *parents):
+            probe = SeriesKey(name, key.filter, key.metric)
+            for rule in self.rules:
+                if rule.task != "*" and rule.matches(probe):
+                    return (self.margin if rule.margin is None else rule.margin), rule.gate
         for rule in self.rules:
-            if rule.matches(key):
+            if rule.task == "*" and rule.matches(key):
                 return (self.margin if rule.margin is None else rule.margin), rule.gate
         return self.margin, True
 

@@ -1,0 +1,252 @@
+"""Command-line front end. Exit codes: 0 no regression, 1 regression, 2 invalid input or usage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gatekeeper import __version__
+from gatekeeper.model import GateError
+
+EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors: exit 2 with one line, as argparse does
+        self.exit(EXIT_INVALID, f"gatekeeper: error: {message}\n")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write a report file whole or not at all."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise GateError(f"{path}: cannot write ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise GateError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+def _check_writable(*paths: str | None) -> None:
+    """Fail before any work when a report cannot be written."""
+    for p in paths:
+        if p is None:
+            continue
+        parent = Path(p).resolve().parent
+        probe = parent
+        while not probe.exists():
+            probe = probe.parent
+        if not os.access(probe, os.W_OK):
+            raise GateError(f"{p}: cannot write report (directory {probe} is not writable)")
+
+
+def _emit(outcome, args: argparse.Namespace, extra: dict[str, Any] | None = None) -> int:
+    from gatekeeper import report
+
+    if args.json:
+        data = report.to_json(outcome)
+        data.update(extra or {})
+        _atomic_write(Path(args.json), json.dumps(data, indent=2, allow_nan=False) + "\n")
+    if args.markdown:
+        _atomic_write(Path(args.markdown), report.render_markdown(outcome) + "\n")
+    print(report.render_terminal(outcome))
+    return outcome.exit_code
+
+
+def _policy_from_args(args: argparse.Namespace):
+    from gatekeeper.policy import Policy, load_policy
+
+    policy = load_policy(args.policy) if args.policy else Policy()
+    # Command-line values override the file; None means "not given".
+    if args.alpha is not None:
+        policy.alpha = args.alpha
+    if args.margin is not None:
+        policy.margin = args.margin
+    if args.correction is not None:
+        policy.correction = args.correction
+    if args.resamples is not None:
+        policy.resamples = args.resamples
+    policy.validate("command line")
+    return policy
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from gatekeeper.compare import compare_runs, load_any
+
+    _check_writable(args.json, args.markdown)
+    policy = _policy_from_args(args)
+    cluster_keys = None
+    suite_name = None
+    if args.policy and _is_suite(args.policy):
+        from gatekeeper.suite import load_suite
+
+        suite = load_suite(args.policy)
+        cluster_keys, suite_name = suite.cluster_keys(), suite.name
+    baseline = load_any(args.baseline, cluster_keys=cluster_keys)
+    candidate = load_any(args.candidate, cluster_keys=cluster_keys)
+    outcome = compare_runs(baseline, candidate, policy, suite=suite_name, seed=args.seed)
+    return _emit(outcome, args)
+
+
+def _is_suite(path: str) -> bool:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "tasks" in data
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gatekeeper import runner
+    from gatekeeper.suite import load_suite
+
+    suite = load_suite(args.suite)
+    run_dir = runner.run_suite(
+        suite,
+        args.model,
+        Path(args.out),
+        revision=args.revision,
+        device=args.device,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        limit=args.limit,
+    )
+    print(f"run written to {run_dir}")
+    return EXIT_OK
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from gatekeeper import report
+    from gatekeeper.gate import run_gate
+
+    _check_writable(args.json, args.markdown)
+    out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
+    result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
+                      revision=args.revision, device=args.device)
+    if result.outcome is None:
+        print(result.notice)
+        if args.json:
+            _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2) + "\n")
+        if args.markdown:
+            _atomic_write(Path(args.markdown), f"### ✅ {result.notice}\n")
+        return EXIT_OK
+    code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)})
+    if args.print_markdown:
+        print()
+        print(report.render_markdown(result.outcome))
+    return code
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from gatekeeper import store
+    from gatekeeper.suite import load_suite
+
+    if args.action == "show":
+        if args.file:
+            path = Path(args.file)
+        elif args.suite:
+            path = load_suite(args.suite).baseline_path
+        else:
+            raise GateError("baseline show: give a baseline FILE or --suite")
+        print(store.show(path))
+        return EXIT_OK
+    if not args.run_dir:
+        raise GateError(f"baseline {args.action}: RUN_DIR is required")
+    suite = load_suite(args.suite)
+    if args.action == "record":
+        path = store.record(Path(args.run_dir), suite, force=args.force)
+    else:
+        path = store.promote(Path(args.run_dir), suite)
+    print(f"baseline written to {path}")
+    return EXIT_OK
+
+
+def _add_policy_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", help="YAML policy file (or a suite file): margins, gated metrics, alpha")
+    p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
+    p.add_argument("--margin", type=float, help="default margin in each metric's units (default 0)")
+    p.add_argument("--correction", choices=["holm", "bonferroni", "bh", "none"],
+                   help="multiplicity correction over gated metrics (default holm)")
+    p.add_argument("--resamples", type=int, help="bootstrap/permutation resamples (default 10000)")
+
+
+def _add_report_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", help="write the JSON report here")
+    p.add_argument("--markdown", help="write the markdown report (PR comment body) here")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gatekeeper", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("compare", help="compare two lm-eval runs (or a baseline file and a run)")
+    p.add_argument("baseline", help="lm-eval output dir, model subfolder, results_*.json, or baseline .json.gz")
+    p.add_argument("candidate", help="same forms as BASELINE")
+    _add_policy_flags(p)
+    _add_report_flags(p)
+    p.add_argument("--seed", type=int, default=0, help="seed for resampling (default 0)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("run", help="run the pinned suite with lm-eval and record provenance")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--model", required=True, help="local checkpoint dir or hub id")
+    p.add_argument("--revision")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the suite's, else auto)")
+    p.add_argument("--batch-size", help="override the suite's batch size (int or auto)")
+    p.add_argument("--dtype", help="override the suite's dtype")
+    p.add_argument("--limit", type=float, help="override every task's limit (debugging only)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("gate", help="run the suite, compare with the stored baseline, decide")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--revision")
+    p.add_argument("--baseline", help="baseline file (default: the suite's)")
+    p.add_argument("--out", help="run output directory (default: a temporary directory)")
+    p.add_argument("--device")
+    _add_report_flags(p)
+    p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
+    p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("baseline", help="record, promote or show the stored baseline")
+    p.add_argument("action", choices=["record", "promote", "show"])
+    p.add_argument("run_dir", nargs="?", help="run directory (record/promote) or baseline file (show)")
+    p.add_argument("--suite", help="suite file (required for record/promote)")
+    p.add_argument("--force", action="store_true", help="record: overwrite an existing baseline")
+    p.set_defaults(func=cmd_baseline)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "baseline":
+        if args.action == "show":
+            args.file = args.run_dir
+        elif not args.suite:
+            parser.error(f"baseline {args.action}: --suite is required")
+    try:
+        return args.func(args)
+    except GateError as exc:
+        print(f"gatekeeper: error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("gatekeeper: interrupted", file=sys.stderr)
+        return 130

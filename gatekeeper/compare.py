@@ -1,0 +1,166 @@
+"""Pair two runs, test every (task, filter, metric), correct for multiplicity, decide.
+
+Pure: takes ``RunResults`` in, gives an ``Outcome`` out. The only I/O is ``load_any``, the
+thin front door the CLI and the action use to read either a run directory or a baseline file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gatekeeper import stats
+from gatekeeper.compat import Difference, check_compatible, pair_series
+from gatekeeper.model import GateError, RunResults, SeriesKey
+from gatekeeper.policy import Policy
+
+VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
+POWER = 0.8
+
+
+@dataclass
+class Comparison:
+    """The outcome for one (task, filter, metric)."""
+
+    key: SeriesKey
+    gated: bool
+    margin: float
+    higher_is_better: bool
+    test: stats.PairedTest
+    p_adjusted: float | None  # None when informational
+    verdict: str
+    mde: float
+    right_to_wrong: list[int] = field(default_factory=list)
+
+    @property
+    def drop(self) -> float:
+        """How much worse the candidate is, in metric units (negative: it got better)."""
+        return -self.test.delta if self.higher_is_better else self.test.delta
+
+
+@dataclass
+class Outcome:
+    verdict: str  # "pass" | "fail"
+    comparisons: list[Comparison]
+    regressions: list[Comparison]
+    differences: list[Difference]
+    warnings: list[str]
+    baseline: RunResults
+    candidate: RunResults
+    policy: Policy
+    suite: str | None = None
+
+    @property
+    def inconclusive(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.gated and c.verdict == "inconclusive"]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.verdict == "fail" else 0
+
+
+def load_any(path: str | Path, *, cluster_keys: dict[str, str] | None = None) -> RunResults:
+    """A baseline file (.json.gz from the store) or anything ``results.load_run`` accepts."""
+    from gatekeeper import results, store
+
+    path = Path(path)
+    if path.is_file() and store.is_baseline_file(path):
+        return store.load_baseline(path)
+    return results.load_run(path, cluster_keys=cluster_keys)
+
+
+def _parents(run: RunResults, task: str) -> tuple[str, ...]:
+    return tuple(sorted(g for g, subs in run.group_subtasks.items() if task in subs))
+
+
+def _verdict(test: stats.PairedTest, hib: bool, margin: float, p: float, alpha: float) -> str:
+    # Work in "drop" units (positive = candidate worse), whatever the metric's direction.
+    drop = -test.delta if hib else test.delta
+    worst_drop = -test.ci_low if hib else test.ci_high  # the interval's most pessimistic end
+    if drop > margin and p < alpha:
+        return "regressed"
+    if worst_drop < 0:
+        return "improved"  # the whole interval is on the better side
+    if worst_drop > margin:
+        return "inconclusive"  # a drop larger than the margin is not ruled out
+    return "unchanged"
+
+
+def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib: bool) -> list[int]:
+    if base.ndim != 1 or not np.isin(base, (0.0, 1.0)).all() or not np.isin(cand, (0.0, 1.0)).all():
+        return []
+    good, bad = (1.0, 0.0) if hib else (0.0, 1.0)
+    return [int(d) for d in doc_ids[(base == good) & (cand == bad)]]
+
+
+def compare_runs(
+    baseline: RunResults,
+    candidate: RunResults,
+    policy: Policy,
+    *,
+    suite: str | None = None,
+    seed: int = 0,
+) -> Outcome:
+    """Compare every series present in both runs. Raises GateError when they are not comparable."""
+    differences = check_compatible(baseline, candidate)
+    errors = [d.message for d in differences if d.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise GateError(f"runs are not comparable: {errors[0]}{more}; all: " + "; ".join(errors))
+
+    warnings: list[str] = []
+    pending = []
+    for key in sorted(baseline.series, key=str):
+        b_series, c_series = baseline.series[key], candidate.series[key]
+        base, cand, clusters = pair_series(b_series, c_series, where=str(key))
+        margin, gated = policy.lookup(key, _parents(candidate, key.task))
+        test = stats.paired_test(
+            b_series.kind,
+            b_series.aggregation,
+            base,
+            cand,
+            higher_is_better=b_series.higher_is_better,
+            clusters=clusters,
+            confidence=1 - policy.alpha,
+            n_resamples=policy.resamples,
+            seed=seed,
+        )
+        warnings.extend(f"{key}: {w}" for w in test.warnings)
+        r2w = _right_to_wrong(base, cand, b_series.doc_ids, b_series.higher_is_better)
+        pending.append((key, gated, margin, b_series.higher_is_better, test, r2w))
+
+    gated_idx = [i for i, p in enumerate(pending) if p[1]]
+    p_adj = stats.adjust_pvalues(np.array([pending[i][4].p_worse for i in gated_idx]), policy.correction)
+    adjusted = dict(zip(gated_idx, p_adj.tolist()))
+    # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
+    per_alpha = policy.alpha / max(1, len(gated_idx)) if policy.correction != "none" else policy.alpha
+
+    comparisons = []
+    for i, (key, gated, margin, hib, test, r2w) in enumerate(pending):
+        p = adjusted.get(i)
+        verdict = _verdict(test, hib, margin, p if p is not None else test.p_worse, policy.alpha)
+        mde = stats.mde(test.se, per_alpha, POWER)
+        comparisons.append(Comparison(key, gated, margin, hib, test, p, verdict, mde, r2w))
+        if gated and margin > 0 and mde > margin:
+            warnings.append(
+                f"{key}: the smallest drop this comparison can catch (mde {mde:.4g}) is larger than "
+                f"its margin {margin:.4g}: {test.n} items are too few for that margin"
+            )
+
+    regressions = [c for c in comparisons if c.gated and c.verdict == "regressed"]
+    if not gated_idx:
+        warnings.append("no comparison is gated: the policy marks every metric informational")
+    context = [d for d in differences if d.severity != "error"]
+    return Outcome(
+        verdict="fail" if regressions else "pass",
+        comparisons=comparisons,
+        regressions=regressions,
+        differences=context,
+        warnings=baseline.notes + candidate.notes + warnings,
+        baseline=baseline,
+        candidate=candidate,
+        policy=policy,
+        suite=suite,
+    )
