@@ -1,0 +1,30 @@
+# gatekeeper as a Docker container action (action.yml: runs.using docker, image Dockerfile).
+# GitHub runs it as root with --workdir /github/workspace and its own mounts, so there is no
+# USER and no WORKDIR here (both are against GitHub's rules for Docker actions).
+FROM python:3.11-slim
+
+# PYTHONSAFEPATH: `python -m gatekeeper.action` runs with the checked-out repo as its working
+# directory; without it a `gatekeeper/` folder in that repo would shadow the installed package.
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONSAFEPATH=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TQDM_MININTERVAL=30 \
+    HF_HUB_DISABLE_TELEMETRY=1
+
+# The heavy, pinned evaluation stack first: editing gatekeeper's source must not reinstall it.
+# PyPI's Linux torch wheel bundles the CUDA runtime, so the runner host only needs the driver.
+# gatekeeper's own runtime dependencies are read from pyproject.toml (one source of truth).
+COPY pyproject.toml /tmp/gatekeeper-src/pyproject.toml
+RUN python -c "import tomllib; deps = tomllib.load(open('/tmp/gatekeeper-src/pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write(chr(10).join(deps))" \
+ && pip install --no-cache-dir "torch==2.13.0" "lm-eval[hf]==0.4.13" -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt
+
+COPY README.md /tmp/gatekeeper-src/README.md
+COPY gatekeeper /tmp/gatekeeper-src/gatekeeper
+RUN pip install --no-cache-dir --no-deps /tmp/gatekeeper-src \
+ && rm -rf /tmp/gatekeeper-src \
+ && python -c "import gatekeeper.action"
+
+ENTRYPOINT ["python", "-m", "gatekeeper.action"]
