@@ -1,0 +1,608 @@
+"""Read what ``lm_eval ... --output_path DIR --log_samples`` wrote into a ``RunResults``.
+
+Layout (lm-eval 0.4.13)::
+
+    DIR/<model_name_sanitized>/results_<ts>.json
+    DIR/<model_name_sanitized>/samples_<task>_<ts>.jsonl     one per leaf task
+
+``load_run`` accepts DIR, the model subfolder, or one results file. Every aggregate in
+results.json is recomputed from the per-item values; a mismatch means this reader is wrong or
+the files do not belong together, and is an error rather than a silent wrong answer.
+
+Samples files are streamed line by line (they can be 100+ MB); only the per-item values,
+hashes and short snippets are kept. Imports neither torch nor lm-eval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gatekeeper.model import (
+    CORPUS_AGGREGATIONS,
+    RATIO_AGGREGATIONS,
+    GateError,
+    ItemSnippet,
+    MetricSeries,
+    Provenance,
+    RunResults,
+    SeriesKey,
+)
+
+MANIFEST_NAME = "gatekeeper-manifest.json"
+SNIPPET_CHARS = 300
+# lm-eval: datetime.now().isoformat().replace(":", "-"), e.g. 2026-11-30T01-57-33.954527
+_TS = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
+_RESULTS_RE = re.compile(rf"^(?P<stem>.+)_(?P<ts>{_TS})\.json$")
+_REQUIRED_KEYS = ("results", "configs", "versions", "n-samples")
+# Keys in a results[task] entry that are not metric values.
+_NON_METRIC_KEYS = {"name", "alias", "sample_len", "sample_count", "samples"}
+# lm-eval's default aggregation when metric_list gives none (api/metrics.py registrations).
+_DEFAULT_AGGREGATION = {
+    "word_perplexity": "weighted_perplexity",
+    "byte_perplexity": "weighted_perplexity",
+    "bits_per_byte": "bits_per_byte",
+    "perplexity": "perplexity",
+    "bleu": "bleu",
+    "chrf": "chrf",
+    "ter": "ter",
+}
+_LOWER_IS_BETTER_AGGREGATIONS = {"weighted_perplexity", "bits_per_byte", "perplexity", "ter"}
+_REL_TOL, _ABS_TOL = 1e-9, 1e-12
+
+
+# ---------------------------------------------------------------- locating the files
+
+
+def _timestamp(name: str) -> datetime | None:
+    m = _RESULTS_RE.match(name)
+    if not m:
+        return None
+    ts = m.group("ts")
+    for fmt in ("%Y-%m-%dT%H-%M-%S.%f", "%Y-%m-%dT%H-%M-%S"):
+        try:
+            return datetime.strptime(ts, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def _results_files(folder: Path) -> list[Path]:
+    """Timestamped aggregate files in one folder (results_<ts>.json, or X_<ts>.json from
+    ``--output_path X.json``); samples files never match because they end in .jsonl."""
+    found = [
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith("samples_") and _timestamp(p.name) is not None
+    ]
+    preferred = [p for p in found if p.name.startswith("results_")]
+    return preferred or found
+
+
+def find_results_file(path: Path) -> tuple[Path, list[str]]:
+    """The results file to read under ``path`` (newest run when several), and notes about it."""
+    path = Path(path)
+    if not path.exists():
+        raise GateError(f"{path}: no such file or directory")
+    if path.is_file():
+        return path, []
+    if not path.is_dir():
+        raise GateError(f"{path}: not a file or directory")
+    entries = list(path.iterdir())
+    if not entries:
+        raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
+    folder = path
+    files = _results_files(path)
+    if not files:
+        subs = sorted(p for p in entries if p.is_dir() and _results_files(p))
+        if len(subs) > 1:
+            names = ", ".join(p.name for p in subs)
+            raise GateError(f"{path}: {len(subs)} model folders ({names}); pass one of them")
+        if not subs:
+            raise GateError(
+                f"{path}: no results_*.json here or in a model subfolder "
+                "(was lm-eval run with --output_path and did it finish?)"
+            )
+        folder = subs[0]
+        files = _results_files(folder)
+    # Timestamps are local time and all files of one run share one; newest wins, like
+    # lm_eval.utils.get_latest_filename.
+    files.sort(key=lambda p: (_timestamp(p.name), p.name))
+    chosen = files[-1]
+    notes = []
+    if len(files) > 1:
+        notes.append(f"{len(files)} runs in {folder}; using the newest, {chosen.name}")
+    return chosen, notes
+
+
+def _samples_path(results_file: Path, task: str) -> Path:
+    ts = _RESULTS_RE.match(results_file.name)
+    if ts is None:
+        raise GateError(
+            f"{results_file}: cannot find the run's timestamp in the file name "
+            "(lm-eval names it results_<timestamp>.json)"
+        )
+    return results_file.parent / f"samples_{task}_{ts.group('ts')}.jsonl"
+
+
+# ---------------------------------------------------------------- results.json
+
+
+def _read_json(path: Path, what: str = "") -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read{what} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise GateError(f"{path}: not valid UTF-8 text") from None
+    if not text.strip():
+        raise GateError(f"{path}: empty file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GateError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+
+
+def _load_results_json(path: Path) -> dict[str, Any]:
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise GateError(f"{path}: expected a JSON object (lm-eval results), got {type(data).__name__}")
+    missing = [k for k in _REQUIRED_KEYS if k not in data]
+    if missing:
+        raise GateError(f"{path}: missing required key(s) {', '.join(missing)}; not an lm-eval results file?")
+    for key in _REQUIRED_KEYS:
+        if not isinstance(data[key], dict):
+            raise GateError(f"{path}: '{key}' should be an object")
+    return data
+
+
+def _parse_model_args(model_args: Any) -> dict[str, Any]:
+    """config.model_args: a dict (CLI) or the raw ``k=v,k=v`` string (Python API)."""
+    if isinstance(model_args, dict):
+        return dict(model_args)
+    out: dict[str, Any] = {}
+    if isinstance(model_args, str):
+        for part in model_args.split(","):
+            key, sep, value = part.partition("=")
+            if sep and key.strip():
+                out[key.strip()] = value.strip()
+    return out
+
+
+def _strip_config(config: dict[str, Any], model_args: dict[str, Any]) -> dict[str, Any]:
+    """Remove what lm-eval merged into ``metadata`` from the model side, so two models
+    evaluated on the same task have equal configs."""
+    config = dict(config)
+    meta = config.get("metadata")
+    if isinstance(meta, dict):
+        drop = set(model_args) | {"pretrained", "dtype", "config_source"}
+        config["metadata"] = {k: v for k, v in meta.items() if k not in drop}
+    return config
+
+
+def _load_manifest(results_file: Path) -> dict[str, Any]:
+    for folder in (results_file.parent, results_file.parent.parent):
+        candidate = folder / MANIFEST_NAME
+        if candidate.is_file():
+            data = _read_json(candidate)
+            if not isinstance(data, dict):
+                raise GateError(f"{candidate}: expected a JSON object")
+            return data
+    return {}
+
+
+def _provenance(path: Path, data: dict[str, Any], manifest: dict[str, Any]) -> Provenance:
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    model_args = _parse_model_args(config.get("model_args"))
+    configs = {
+        task: _strip_config(cfg, model_args) if isinstance(cfg, dict) else cfg
+        for task, cfg in data["configs"].items()
+    }
+    seeds = {k: config.get(k) for k in ("random_seed", "numpy_seed", "torch_seed", "fewshot_seed")}
+    date = data.get("date")
+    return Provenance(
+        source=str(path),
+        lm_eval_version=data.get("lm_eval_version"),
+        task_versions=dict(data.get("versions") or {}),
+        n_shot=dict(data.get("n-shot") or {}),
+        configs=configs,
+        seeds=seeds,
+        limit=config.get("limit"),
+        n_samples=dict(data.get("n-samples") or {}),
+        task_hashes=dict(data.get("task_hashes") or {}),
+        model_name=data.get("model_name") or model_args.get("pretrained") or config.get("model"),
+        model_dtype=config.get("model_dtype") or model_args.get("dtype"),
+        batch_size=config.get("batch_size"),
+        device=config.get("device"),
+        chat_template_sha=data.get("chat_template_sha"),
+        transformers_version=data.get("transformers_version"),
+        date=float(date) if isinstance(date, (int, float)) else None,
+        suite_hash=manifest.get("suite_hash"),
+        manifest=manifest,
+    )
+
+
+def _reported_metrics(entry: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """{(metric, filter): value} from one results[task] entry, stderr and labels left out."""
+    out = {}
+    for key, value in entry.items():
+        if key in _NON_METRIC_KEYS or "," not in key:
+            continue
+        metric, _, filt = key.partition(",")
+        if metric.endswith("_stderr"):
+            continue
+        out[(metric, filt)] = value
+    return out
+
+
+def _aggregations(config: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for item in config.get("metric_list") or []:
+        if isinstance(item, dict) and isinstance(item.get("metric"), str):
+            agg = item.get("aggregation")
+            out[item["metric"]] = agg if isinstance(agg, str) else _DEFAULT_AGGREGATION.get(item["metric"], "mean")
+    return out
+
+
+def _kind(aggregation: str) -> str | None:
+    if aggregation == "mean":
+        return "mean"
+    if aggregation in RATIO_AGGREGATIONS:
+        return "ratio"
+    if aggregation in CORPUS_AGGREGATIONS:
+        return "corpus"
+    return None
+
+
+# ---------------------------------------------------------------- aggregates
+
+
+def _aggregate(kind: str, aggregation: str, values: np.ndarray) -> float:
+    """lm-eval's aggregation of per-item values (lm_eval/api/metrics.py), for the check."""
+    if kind == "mean":
+        return float(np.mean(values))
+    if kind == "ratio":
+        ll, count = values[:, 0], values[:, 1]
+        if aggregation == "weighted_perplexity":
+            return math.exp(-ll.sum() / count.sum())
+        if aggregation == "bits_per_byte":
+            return float(-ll.sum() / count.sum() / math.log(2))
+        if aggregation == "perplexity":
+            return math.exp(-float(np.mean(ll)))
+    if kind == "corpus":
+        import sacrebleu  # only runs with bleu/chrf/ter need it
+
+        refs = [r if isinstance(r, (list, tuple)) else [r] for r in values[:, 0]]
+        ref_streams = [list(s) for s in zip(*refs, strict=True)]
+        preds = [p[0] if isinstance(p, (list, tuple)) else p for p in values[:, 1]]
+        scorer = {"bleu": sacrebleu.corpus_bleu, "chrf": sacrebleu.corpus_chrf, "ter": sacrebleu.corpus_ter}
+        return float(scorer[aggregation](preds, ref_streams).score)
+    raise ValueError(f"unsupported aggregation {aggregation!r} for kind {kind!r}")
+
+
+def _aggregate_fn():
+    try:
+        from gatekeeper.stats import aggregate  # the shared implementation, once it exists
+    except ImportError:
+        return _aggregate
+    fn = getattr(aggregate, "aggregate", aggregate)  # the function, or the module defining it
+    return fn if callable(fn) else _aggregate
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return False
+    return abs(a - b) <= max(_ABS_TOL, _REL_TOL * abs(b))
+
+
+# ---------------------------------------------------------------- samples files
+
+
+@dataclass
+class _Wanted:
+    """What to collect from one task's samples file."""
+
+    metrics: dict[str, list[str]]  # filter -> metric names (from results.json)
+    kinds: dict[str, tuple[str, str]]  # metric -> (kind, aggregation)
+    cluster_field: str | None
+    multiple_choice: bool
+
+
+@dataclass
+class _FilterData:
+    doc_ids: list[int] = field(default_factory=list)
+    hashes: list[tuple[str, str, str]] = field(default_factory=list)
+    values: dict[str, list[Any]] = field(default_factory=dict)
+    clusters: list[str] = field(default_factory=list)
+    snippets: dict[int, ItemSnippet] = field(default_factory=dict)
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        fh = path.open("r", encoding="utf-8")
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read ({exc.strerror})") from None
+    with fh:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, start=1):  # noqa: B007 - lineno used in except
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    raise GateError(f"{path} line {lineno}: truncated or invalid JSON") from None
+                if not isinstance(obj, dict):
+                    raise GateError(f"{path} line {lineno}: expected a JSON object")
+                yield lineno, obj
+        except UnicodeDecodeError:
+            raise GateError(f"{path} line {lineno + 1}: not valid UTF-8") from None
+
+
+def _number(value: Any, where: str, metric: str) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    raise GateError(f"{where}: {metric} is {_short(value)}, not a number")
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _item_value(kind: str, aggregation: str, value: Any, where: str, metric: str) -> Any:
+    if kind == "mean":
+        if isinstance(value, list):  # several numbers for one doc: their mean is the doc's value
+            if not value:
+                raise GateError(f"{where}: {metric} is an empty list, not a number")
+            return float(np.mean([_number(v, where, metric) for v in value]))
+        return _number(value, where, metric)
+    if kind == "ratio":
+        if aggregation == "perplexity" and not isinstance(value, list):
+            return (_number(value, where, metric), 1.0)  # loglikelihood per doc; count 1
+        if isinstance(value, list) and len(value) == 2:
+            ll, count = _number(value[0], where, metric), _number(value[1], where, metric)
+            if count <= 0:
+                raise GateError(f"{where}: {metric} count is {count}, must be > 0")
+            return (ll, count)
+        raise GateError(f"{where}: {metric} is {_short(value)}, expected [loglikelihood, count]")
+    # corpus: [reference(s), prediction]
+    if isinstance(value, list) and len(value) == 2 and all(_is_text(v) for v in value):
+        return (value[0], value[1])
+    raise GateError(f"{where}: {metric} is {_short(value)}, expected [reference, prediction]")
+
+
+def _is_text(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _clip(text: Any) -> str:
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
+
+
+def _snippet(line: dict[str, Any], multiple_choice: bool) -> ItemSnippet:
+    args = line.get("arguments")
+    args = args if isinstance(args, dict) else {}
+    first = args.get("gen_args_0") if isinstance(args.get("gen_args_0"), dict) else {}
+    prompt = first.get("arg_0", "")
+    filtered = line.get("filtered_resps")
+    target = line.get("target", "")
+    output: Any = filtered[0] if isinstance(filtered, list) and filtered else filtered
+    if multiple_choice:
+        choices = [a.get("arg_1") if isinstance(a, dict) else None for a in args.values()]
+        best = _argmax_loglik(filtered)
+        if best is not None and best < len(choices) and isinstance(choices[best], str):
+            output = choices[best].strip()  # the chosen choice's text (lm-eval stores only lls)
+        if isinstance(target, str) and target.isdigit() and int(target) < len(choices):
+            gold = choices[int(target)]
+            target = gold.strip() if isinstance(gold, str) else target
+    return ItemSnippet(prompt=_clip(prompt), output=_clip(output if output is not None else ""), target=_clip(target))
+
+
+def _argmax_loglik(filtered: Any) -> int | None:
+    """Index of the highest loglikelihood in MC filtered_resps ``[[ll, is_greedy], ...]``."""
+    if not isinstance(filtered, list) or not filtered:
+        return None
+    try:
+        lls = [float(r[0] if isinstance(r, list) else r) for r in filtered]
+    except (TypeError, ValueError, IndexError):
+        return None
+    return int(np.argmax(lls))
+
+
+def _read_samples(
+    path: Path, task: str, wanted: _Wanted, snippets: bool
+) -> dict[str, _FilterData]:
+    out: dict[str, _FilterData] = {}
+    seen: set[tuple[int, str]] = set()
+    for lineno, line in _iter_lines(path):
+        where = f"{path} line {lineno}"
+        doc_id, filt = line.get("doc_id"), line.get("filter", "none")
+        if not isinstance(doc_id, int) or isinstance(doc_id, bool):
+            raise GateError(f"{where}: doc_id is {_short(doc_id)}, not an integer")
+        if not isinstance(filt, str):
+            raise GateError(f"{where}: filter is {_short(filt)}, not a string")
+        if (doc_id, filt) in seen:
+            raise GateError(f"{where}: duplicate doc_id {doc_id} (filter {filt})")
+        seen.add((doc_id, filt))
+        metrics = wanted.metrics.get(filt)
+        if metrics is None:
+            continue  # a filter with no reported metric (nothing to gate on)
+        data = out.setdefault(filt, _FilterData(values={m: [] for m in metrics}))
+        hashes = tuple(line.get(k) for k in ("doc_hash", "prompt_hash", "target_hash"))
+        if not all(isinstance(h, str) and h for h in hashes):
+            raise GateError(f"{where}: doc_hash, prompt_hash and target_hash must be non-empty strings")
+        data.doc_ids.append(doc_id)
+        data.hashes.append(hashes)  # type: ignore[arg-type]
+        for metric in metrics:
+            if metric not in line:
+                raise GateError(f"{where}: no value for {metric} (results.json reports {metric},{filt})")
+            kind, agg = wanted.kinds[metric]
+            data.values[metric].append(_item_value(kind, agg, line[metric], where, metric))
+        if wanted.cluster_field is not None:
+            doc = line.get("doc")
+            if not isinstance(doc, dict) or wanted.cluster_field not in doc:
+                raise GateError(f"{where}: doc has no field {wanted.cluster_field!r} (cluster key for {task})")
+            data.clusters.append(str(doc[wanted.cluster_field]))
+        if snippets:
+            data.snippets[doc_id] = _snippet(line, wanted.multiple_choice)
+    return out
+
+
+# ---------------------------------------------------------------- assembling RunResults
+
+
+def _task_series(
+    results_file: Path,
+    data: dict[str, Any],
+    task: str,
+    cluster_field: str | None,
+    snippets: bool,
+    notes: list[str],
+) -> tuple[dict[SeriesKey, MetricSeries], dict[tuple[str, str], dict[int, ItemSnippet]]]:
+    config = data["configs"].get(task) or {}
+    entry = data["results"].get(task)
+    if not isinstance(entry, dict):
+        raise GateError(f"{results_file}: task {task} has a config but no entry in 'results'")
+    aggregations = _aggregations(config)
+    hib_map = (data.get("higher_is_better") or {}).get(task) or {}
+    reported: dict[tuple[str, str], float] = {}
+    kinds: dict[str, tuple[str, str]] = {}
+    per_filter: dict[str, list[str]] = {}
+    for (metric, filt), value in sorted(_reported_metrics(entry).items()):
+        agg = aggregations.get(metric, _DEFAULT_AGGREGATION.get(metric, "mean"))
+        kind = _kind(agg)
+        if kind is None:
+            notes.append(f"{task}: {metric},{filt} uses aggregation {agg!r}, which gatekeeper cannot test; skipped")
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise GateError(f"{results_file}: {task} {metric},{filt} is {_short(value)}, not a number")
+        reported[(metric, filt)] = float(value)
+        kinds[metric] = (kind, agg)
+        per_filter.setdefault(filt, []).append(metric)
+    if not reported:
+        return {}, {}
+    path = _samples_path(results_file, task)
+    if not path.is_file():
+        raise GateError(f"{path}: samples file missing for task {task} (was lm-eval run with --log_samples?)")
+    wanted = _Wanted(per_filter, kinds, cluster_field, config.get("output_type") == "multiple_choice")
+    by_filter = _read_samples(path, task, wanted, snippets)
+    effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
+
+    series: dict[SeriesKey, MetricSeries] = {}
+    snips: dict[tuple[str, str], dict[int, ItemSnippet]] = {}
+    aggregate = _aggregate_fn()
+    for filt, metrics in per_filter.items():
+        fd = by_filter.get(filt)
+        if fd is None or not fd.doc_ids:
+            raise GateError(f"{path}: results.json reports {metrics[0]},{filt} but no sample line has filter {filt}")
+        if isinstance(effective, int) and len(fd.doc_ids) != effective:
+            raise GateError(
+                f"{path}: {len(fd.doc_ids)} docs for filter {filt}, but results.json n-samples "
+                f"says {effective} (effective)"
+            )
+        order = np.argsort(np.asarray(fd.doc_ids), kind="stable")
+        doc_ids = np.asarray(fd.doc_ids, dtype=np.int64)[order]
+        hashes = np.asarray(fd.hashes, dtype=str)[order]
+        clusters = np.asarray(fd.clusters, dtype=str)[order] if cluster_field is not None else None
+        for metric in metrics:
+            kind, agg = kinds[metric]
+            values = _as_array(kind, fd.values[metric])[order]
+            try:
+                recomputed = aggregate(kind, agg, values)
+            except ValueError as exc:
+                raise GateError(f"{path}: {metric},{filt}: cannot aggregate the per-item values ({exc})") from None
+            want = reported[(metric, filt)]
+            if not _close(recomputed, want):
+                raise GateError(
+                    f"{path}: {metric},{filt} recomputed from the samples is {recomputed!r}, "
+                    f"but results.json says {want!r} (files from different runs?)"
+                )
+            key = SeriesKey(task, filt, metric)
+            hib = hib_map.get(metric)
+            series[key] = MetricSeries(
+                key=key,
+                kind=kind,  # type: ignore[arg-type]
+                aggregation=agg,
+                higher_is_better=bool(hib) if isinstance(hib, bool) else agg not in _LOWER_IS_BETTER_AGGREGATIONS,
+                doc_ids=doc_ids,
+                values=values,
+                hashes=hashes,
+                reported=want,
+                clusters=clusters,
+            )
+        if snippets:
+            snips[(task, filt)] = fd.snippets
+    return series, snips
+
+
+def _as_array(kind: str, items: list[Any]) -> np.ndarray:
+    if kind == "mean":
+        return np.asarray(items, dtype=np.float64)
+    if kind == "ratio":
+        return np.asarray(items, dtype=np.float64).reshape(-1, 2)
+    arr = np.empty((len(items), 2), dtype=object)
+    for i, (ref, pred) in enumerate(items):
+        arr[i, 0], arr[i, 1] = ref, pred
+    return arr
+
+
+def _groups(data: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    subtasks = {
+        g: [str(t) for t in subs] for g, subs in (data.get("group_subtasks") or {}).items() if isinstance(subs, list)
+    }
+    names = set(subtasks) | set(data.get("groups") or {})
+    names |= {t for t in data["results"] if t not in data["configs"]}
+    groups: dict[str, dict[str, float]] = {}
+    for name in sorted(names):
+        entry = (data.get("groups") or {}).get(name) or data["results"].get(name) or {}
+        groups[name] = {
+            f"{m},{f}": float(v)
+            for (m, f), v in _reported_metrics(entry).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+    return groups, subtasks
+
+
+def load_run(
+    path: str | Path, *, cluster_keys: dict[str, str] | None = None, snippets: bool = True
+) -> RunResults:
+    """Read one lm-eval run (output dir, model subfolder or results file) into ``RunResults``.
+
+    ``cluster_keys`` maps a task to the doc field whose value labels each item's cluster.
+    Raises ``GateError`` (one line, naming the file) on anything missing or inconsistent.
+    """
+    results_file, notes = find_results_file(Path(path))
+    data = _load_results_json(results_file)
+    manifest = _load_manifest(results_file)
+    cluster_keys = dict(cluster_keys or {})
+    leaf_tasks = sorted(data["configs"])
+    for task in sorted(set(cluster_keys) - set(leaf_tasks)):
+        notes.append(f"cluster key given for {task}, which is not a task of this run; ignored")
+
+    series: dict[SeriesKey, MetricSeries] = {}
+    snips: dict[tuple[str, str], dict[int, ItemSnippet]] = {}
+    for task in leaf_tasks:
+        s, sn = _task_series(results_file, data, task, cluster_keys.get(task), snippets, notes)
+        series.update(s)
+        snips.update(sn)
+    groups, group_subtasks = _groups(data)
+    return RunResults(
+        provenance=_provenance(results_file, data, manifest),
+        series=series,
+        groups=groups,
+        group_subtasks=group_subtasks,
+        snippets=snips,
+        notes=notes,
+    )
