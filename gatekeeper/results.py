@@ -248,7 +248,9 @@ def _aggregations(config: dict[str, Any]) -> dict[str, str]:
     for item in config.get("metric_list") or []:
         if isinstance(item, dict) and isinstance(item.get("metric"), str):
             agg = item.get("aggregation")
-            out[item["metric"]] = agg if isinstance(agg, str) else _DEFAULT_AGGREGATION.get(item["metric"], "mean")
+            out[item["metric"]] = (
+                agg if isinstance(agg, str) else _DEFAULT_AGGREGATION.get(item["metric"], "mean")
+            )
     return out
 
 
@@ -407,7 +409,9 @@ def _snippet(line: dict[str, Any], multiple_choice: bool) -> ItemSnippet:
         if isinstance(target, str) and target.isdigit() and int(target) < len(choices):
             gold = choices[int(target)]
             target = gold.strip() if isinstance(gold, str) else target
-    return ItemSnippet(prompt=_clip(prompt), output=_clip(output if output is not None else ""), target=_clip(target))
+    return ItemSnippet(
+        prompt=_clip(prompt), output=_clip(output if output is not None else ""), target=_clip(target)
+    )
 
 
 def _argmax_loglik(filtered: Any) -> int | None:
@@ -421,9 +425,7 @@ def _argmax_loglik(filtered: Any) -> int | None:
     return int(np.argmax(lls))
 
 
-def _read_samples(
-    path: Path, task: str, wanted: _Wanted, snippets: bool
-) -> dict[str, _FilterData]:
+def _read_samples(path: Path, task: str, wanted: _Wanted, snippets: bool) -> dict[str, _FilterData]:
     out: dict[str, _FilterData] = {}
     seen: set[tuple[int, str]] = set()
     for lineno, line in _iter_lines(path):
@@ -453,7 +455,9 @@ def _read_samples(
         if wanted.cluster_field is not None:
             doc = line.get("doc")
             if not isinstance(doc, dict) or wanted.cluster_field not in doc:
-                raise GateError(f"{where}: doc has no field {wanted.cluster_field!r} (cluster key for {task})")
+                raise GateError(
+                    f"{where}: doc has no field {wanted.cluster_field!r} (cluster key for {task})"
+                )
             data.clusters.append(str(doc[wanted.cluster_field]))
         if snippets:
             data.snippets[doc_id] = _snippet(line, wanted.multiple_choice)
@@ -484,7 +488,9 @@ def _task_series(
         agg = aggregations.get(metric, _DEFAULT_AGGREGATION.get(metric, "mean"))
         kind = _kind(agg)
         if kind is None:
-            notes.append(f"{task}: {metric},{filt} uses aggregation {agg!r}, which gatekeeper cannot test; skipped")
+            notes.append(
+                f"{task}: {metric},{filt} uses aggregation {agg!r}, which gatekeeper cannot test; skipped"
+            )
             continue
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise GateError(f"{results_file}: {task} {metric},{filt} is {_short(value)}, not a number")
@@ -506,7 +512,9 @@ def _task_series(
     for filt, metrics in per_filter.items():
         fd = by_filter.get(filt)
         if fd is None or not fd.doc_ids:
-            raise GateError(f"{path}: results.json reports {metrics[0]},{filt} but no sample line has filter {filt}")
+            raise GateError(
+                f"{path}: results.json reports {metrics[0]},{filt} but no sample line has filter {filt}"
+            )
         if isinstance(effective, int) and len(fd.doc_ids) != effective:
             raise GateError(
                 f"{path}: {len(fd.doc_ids)} docs for filter {filt}, but results.json n-samples "
@@ -522,7 +530,9 @@ def _task_series(
             try:
                 recomputed = aggregate(kind, agg, values)
             except ValueError as exc:
-                raise GateError(f"{path}: {metric},{filt}: cannot aggregate the per-item values ({exc})") from None
+                raise GateError(
+                    f"{path}: {metric},{filt}: cannot aggregate the per-item values ({exc})"
+                ) from None
             want = reported[(metric, filt)]
             if not _close(recomputed, want):
                 raise GateError(
@@ -535,7 +545,9 @@ def _task_series(
                 key=key,
                 kind=kind,  # type: ignore[arg-type]
                 aggregation=agg,
-                higher_is_better=bool(hib) if isinstance(hib, bool) else agg not in _LOWER_IS_BETTER_AGGREGATIONS,
+                higher_is_better=bool(hib)
+                if isinstance(hib, bool)
+                else agg not in _LOWER_IS_BETTER_AGGREGATIONS,
                 doc_ids=doc_ids,
                 values=values,
                 hashes=hashes,
@@ -560,7 +572,9 @@ def _as_array(kind: str, items: list[Any]) -> np.ndarray:
 
 def _groups(data: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
     subtasks = {
-        g: [str(t) for t in subs] for g, subs in (data.get("group_subtasks") or {}).items() if isinstance(subs, list)
+        g: [str(t) for t in subs]
+        for g, subs in (data.get("group_subtasks") or {}).items()
+        if isinstance(subs, list)
     }
     names = set(subtasks) | set(data.get("groups") or {})
     names |= {t for t in data["results"] if t not in data["configs"]}
