@@ -1,0 +1,451 @@
+"""Entrypoint of the gatekeeper Docker action: ``python -m gatekeeper.action``.
+
+Reads ``INPUT_*`` (the runner keeps hyphens: ``INPUT_GITHUB-TOKEN``) and ``GITHUB_*``, runs the
+gate in-process (no shell ever sees an input), then publishes: sticky PR comment, commit status,
+nightly tracking issue, job summary, step outputs, annotations.
+
+Exit codes: 0 pass (or fail-on: never), 1 regression, 2 error or refusal. Publishing never
+changes the exit code: if GitHub is down, the job says so in the log and the summary and still
+exits with the gate's code. See docs/action.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.model import GateError
+from gatekeeper.publish import ci, comment, events
+from gatekeeper.publish.github import GitHubClient
+
+COMMANDS = ("gate", "run", "compare", "promote")
+FAIL_ON = ("regression", "never")
+# Inputs a workflow_dispatch event may override (never the token: dispatch inputs are public).
+DISPATCHABLE = (
+    "suite", "model", "baseline", "command", "comment", "fail-on", "candidate",
+    "promote-on-green", "out", "revision",
+)
+DEFAULTS = {
+    "suite": "gatekeeper.yaml",
+    "model": "",
+    "baseline": "",
+    "command": "gate",
+    "github-token": "",
+    "comment": "auto",
+    "fail-on": "regression",
+    "allow-forks": "false",
+    "candidate": "",
+    "promote-on-green": "false",
+    "out": ".gatekeeper-work",
+    "revision": "",
+    "pr-number": "",
+}
+FORK_DOC = "docs/action.md#fork-pull-requests"
+
+
+@dataclass
+class Inputs:
+    values: dict[str, str]
+
+    def __getitem__(self, name: str) -> str:
+        return self.values.get(name, "")
+
+    def flag(self, name: str) -> bool:
+        value = self[name].strip().lower()
+        if value in ("true", "yes", "1", "on"):
+            return True
+        if value in ("false", "no", "0", "off", ""):
+            return False
+        raise GateError(f"input {name}: expected true or false, got {self[name]!r}")
+
+
+def read_inputs(env: dict[str, str], event: events.Event) -> Inputs:
+    values = dict(DEFAULTS)
+    for name in DEFAULTS:
+        raw = env.get(f"INPUT_{name.upper()}")
+        if raw is None:  # some runners replace hyphens; accept both spellings
+            raw = env.get(f"INPUT_{name.upper().replace('-', '_')}")
+        if raw is not None and raw.strip() != "":
+            values[name] = raw.strip()
+    for name, value in event.dispatch_inputs().items():
+        if name in DISPATCHABLE:
+            values[name] = value.strip()
+    inputs = Inputs(values)
+    if inputs["command"] not in COMMANDS:
+        raise GateError(f"input command: expected one of {', '.join(COMMANDS)}, got {inputs['command']!r}")
+    if inputs["comment"] not in comment.COMMENT_MODES:
+        raise GateError(
+            f"input comment: expected one of {', '.join(comment.COMMENT_MODES)}, got {inputs['comment']!r}"
+        )
+    if inputs["fail-on"] not in FAIL_ON:
+        raise GateError(f"input fail-on: expected one of {', '.join(FAIL_ON)}, got {inputs['fail-on']!r}")
+    return inputs
+
+
+@dataclass
+class Evaluation:
+    """What the gate (or another command) produced."""
+
+    code: int  # 0 / 1 / 2
+    verdict: str  # pass | fail | ran | promoted | error | refused
+    markdown: str  # the report (comment body without the marker)
+    headline: str
+    outcome: Any = None
+    regressions: list[str] = field(default_factory=list)
+    report_json: dict[str, Any] | None = None
+    run_dir: Path | None = None
+    suite: Any = None
+
+
+@dataclass
+class Job:
+    env: dict[str, str]
+    event: events.Event
+    console: ci.Console
+    workspace: Path
+    repo: str
+    run_url: str | None
+    notes: list[str] = field(default_factory=list)  # publishing problems, for the summary
+
+    def warn(self, message: str) -> None:
+        self.console.annotate("warning", message, title="gatekeeper")
+        self.notes.append(message)
+
+
+def _run_url(env: dict[str, str]) -> str | None:
+    server, repo, run_id = env.get("GITHUB_SERVER_URL"), env.get("GITHUB_REPOSITORY"), env.get("GITHUB_RUN_ID")
+    if not (server and repo and run_id):
+        return None
+    return f"{server.rstrip('/')}/{repo}/actions/runs/{run_id}"
+
+
+def _path(job: Job, value: str) -> Path:
+    p = Path(value)
+    return p if p.is_absolute() else job.workspace / p
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+
+def fork_refusal(job: Job, inputs: Inputs) -> str | None:
+    """Why this run must not evaluate the PR's code, or None."""
+    fork = job.event.fork_source()
+    if fork is None or inputs.flag("allow-forks"):
+        return None
+    runner_env = job.env.get("RUNNER_ENVIRONMENT", "").strip().lower() or "self-hosted"
+    if job.event.name == "pull_request_target":
+        where = "with a write token (pull_request_target)"
+    elif runner_env != "github-hosted":
+        where = "on a self-hosted runner"
+    else:
+        return None
+    return (
+        f"refusing to evaluate code from fork {fork} {where}: a checkpoint can run code when loaded. "
+        f"Use the pull_request + workflow_run split (see {FORK_DOC}) or set allow-forks: true if you "
+        "accept the risk"
+    )
+
+
+def _report_ctx(job: Job, suite_name: str | None):
+    from gatekeeper.report import ReportContext
+
+    base = job.event.base_sha
+    return ReportContext(
+        suite=suite_name,
+        baseline_ref=base[:7] if base else None,
+        candidate_ref=(job.event.head_sha or "")[:7] or None,
+        run_url=job.run_url,
+    )
+
+
+def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: dict | None) -> Evaluation:
+    from gatekeeper import report
+
+    ctx = _report_ctx(job, suite.name if suite else outcome.suite)
+    regressions = [
+        f"{c.key}: {report._num(c.test.baseline)} → {report._num(c.test.candidate)} "
+        f"(Δ {c.test.delta:+.4g}, margin {c.margin:g}, adjusted p {report._p(c.p_adjusted)})"
+        for c in outcome.regressions
+    ]
+    return Evaluation(
+        code=outcome.exit_code,
+        verdict=outcome.verdict,
+        markdown=report.render_markdown(outcome, ctx),
+        headline=report.headline(outcome, ctx),
+        outcome=outcome,
+        regressions=regressions,
+        report_json=report_json if report_json is not None else report.to_json(outcome),
+        run_dir=run_dir,
+        suite=suite,
+    )
+
+
+def evaluate(job: Job, inputs: Inputs) -> Evaluation:
+    from gatekeeper.suite import load_suite
+
+    suite = load_suite(_path(job, inputs["suite"]))
+    command = inputs["command"]
+    out = _path(job, inputs["out"] or DEFAULTS["out"])
+    if command == "promote":
+        from gatekeeper import store
+
+        if not inputs["candidate"]:
+            raise GateError("command promote: set the candidate input to the run directory to promote")
+        run_dir = _path(job, inputs["candidate"])
+        written = store.promote(run_dir, suite)
+        text = f"Promoted {run_dir.name} as the new baseline of suite {suite.name}: {written}"
+        return Evaluation(0, "promoted", f"### ✅ {text}", text, run_dir=run_dir, suite=suite)
+    if command == "compare":
+        return _compare(job, inputs, suite)
+    model = events.resolve_model(inputs["model"] or "auto", job.event, job.workspace)
+    with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
+        if command == "run":
+            from gatekeeper import runner
+
+            run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log)
+            text = f"Evaluated suite {suite.name}; run written to {run_dir}"
+            return Evaluation(0, "ran", f"### ✅ {text}", text, run_dir=run_dir, suite=suite)
+        from gatekeeper.gate import run_gate
+
+        baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
+        result = run_gate(
+            suite.path, model, out_dir=out, baseline=baseline, revision=inputs["revision"] or None, log=log
+        )
+    if result.outcome is None:
+        notice = result.notice or "No baseline yet."
+        return Evaluation(0, "baseline-recorded", f"### ✅ {notice}", notice, report_json=result.report_json,
+                          run_dir=result.run_dir, suite=suite)
+    return _from_outcome(job, result.outcome, suite, result.run_dir, result.report_json)
+
+
+def _compare(job: Job, inputs: Inputs, suite) -> Evaluation:
+    from gatekeeper import store
+    from gatekeeper.compare import compare_runs, load_any
+
+    if not inputs["candidate"]:
+        raise GateError("command compare: set the candidate input (a run directory or results file)")
+    base_path = _path(job, inputs["baseline"]) if inputs["baseline"] else suite.baseline_path
+    if not base_path.exists():
+        raise GateError(f"{base_path}: baseline does not exist")
+    keys = suite.cluster_keys()
+    baseline = load_any(base_path, cluster_keys=keys)
+    if base_path.is_file() and store.is_baseline_file(base_path):
+        store.check_suite(baseline, suite)
+    candidate_path = _path(job, inputs["candidate"])
+    outcome = compare_runs(baseline, load_any(candidate_path, cluster_keys=keys), suite.policy, suite=suite.name)
+    return _from_outcome(job, outcome, suite, candidate_path, None)
+
+
+def error_evaluation(message: str, verdict: str = "error") -> Evaluation:
+    from gatekeeper.report import escape_untrusted
+
+    lines = [escape_untrusted(ln, 500) for ln in message.splitlines()[:30] if ln.strip()]
+    title = "gatekeeper refused to run" if verdict == "refused" else "gatekeeper could not run"
+    body = f"### ⚠️ {title}\n\n" + "\n".join(f"- {ln}" for ln in lines)
+    return Evaluation(2, verdict, body, message or title)
+
+
+# -- publishing ------------------------------------------------------------------------------
+
+
+def _suite_name(ev: Evaluation, inputs: Inputs) -> str:
+    if ev.suite is not None:
+        return ev.suite.name
+    return Path(inputs["suite"]).stem or "default"
+
+
+def _target_pr(job: Job, client: GitHubClient, inputs: Inputs) -> int | None:
+    if inputs["pr-number"].isdigit():
+        return int(inputs["pr-number"])
+    if job.event.pr_number is not None:
+        return job.event.pr_number
+    if job.event.name in ("push", "workflow_run"):
+        sha = job.event.head_sha
+        try:
+            pulls = client.pulls_for_commit(job.repo, sha)
+        except Exception as err:  # noqa: BLE001 - publishing must never decide the verdict
+            job.warn(f"could not look up the pull request of {sha[:7]}: {err}")
+            return None
+        open_prs = [p for p in pulls if p.get("state") == "open"]
+        return int(open_prs[0]["number"]) if open_prs else None
+    return None
+
+
+def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | None) -> str:
+    """Comment / status / tracking issue; returns the comment URL (or ""). Never raises."""
+    if client is None:
+        if inputs["comment"] != "never" or job.event.name in ("push", "schedule"):
+            job.warn("no github-token given: the report is only in the job summary")
+        return ""
+    suite = _suite_name(ev, inputs)
+    url = ""
+    if job.event.name == "push" and job.event.head_sha:
+        _status(job, client, suite, ev)
+    if job.event.name == "schedule" and ev.verdict in ("pass", "fail"):
+        tracked = comment.track_nightly(
+            client, job.repo, suite, regressed=ev.code == 1 or ev.verdict == "fail",
+            report=ev.markdown, run_url=job.run_url,
+        )
+        if tracked.action == "failed":
+            job.warn(f"could not update the nightly tracking issue: {tracked.reason}")
+        else:
+            job.console.line(f"tracking issue: {tracked.action} {tracked.url or ''}".rstrip())
+            url = tracked.url or ""
+    if inputs["comment"] == "never" or job.event.name == "schedule":
+        return url
+    number = _target_pr(job, client, inputs)
+    if number is None:
+        return url
+    result = comment.upsert_sticky(
+        client, job.repo, number, suite, ev.markdown, mode=inputs["comment"],
+        regressed=ev.verdict == "fail", has_outcome=ev.verdict in ("pass", "fail", "baseline-recorded"),
+    )
+    if result.action == "failed":
+        if result.read_only:
+            job.warn(
+                "the token cannot write to this repository (pull requests from forks get a read-only "
+                f"GITHUB_TOKEN); the report is in the job summary. See {FORK_DOC}"
+            )
+        else:
+            job.warn(f"could not post the PR comment: {result.reason}. The verdict stands.")
+        return url
+    job.console.line(f"PR comment: {result.action} {result.url or ''}".rstrip())
+    return result.url or url
+
+
+def _status(job: Job, client: GitHubClient, suite: str, ev: Evaluation) -> None:
+    state = {0: "success", 1: "failure"}.get(ev.code, "error")
+    if ev.verdict == "fail":
+        state = "failure"  # the status reports the verdict even when fail-on: never
+    try:
+        client.create_status(
+            job.repo, job.event.head_sha, state=state, context=f"gatekeeper/{suite}",
+            description=_one_line(ev.headline, 140), target_url=job.run_url,
+        )
+    except Exception as err:  # noqa: BLE001 - publishing must never decide the verdict
+        job.warn(f"could not set the commit status gatekeeper/{suite}: {err}")
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def _write_report_json(job: Job, ev: Evaluation) -> str:
+    """Write the JSON report; the output is workspace-relative when possible, because the
+    container's paths (/github/workspace) differ from the host's for later steps."""
+    if ev.report_json is None:
+        return ""
+    base = ev.run_dir if ev.run_dir and ev.run_dir.is_dir() else job.workspace / ".gatekeeper"
+    path = base / "gatekeeper-report.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(ev.report_json, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as err:
+        job.warn(f"could not write the JSON report: {err}")
+        return ""
+    try:
+        return str(path.resolve().relative_to(job.workspace.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def main(env: dict[str, str] | None = None) -> int:
+    env = dict(os.environ if env is None else env)
+    console = ci.Console()
+    token = env.get("INPUT_GITHUB-TOKEN") or env.get("INPUT_GITHUB_TOKEN") or ""
+    if token:
+        console.mask(token)  # first thing: nothing printed later can reveal it
+    job = Job(
+        env=env,
+        event=events.Event(name=env.get("GITHUB_EVENT_NAME", "")),
+        console=console,
+        workspace=Path(env.get("GITHUB_WORKSPACE") or os.getcwd()),
+        repo=env.get("GITHUB_REPOSITORY", ""),
+        run_url=_run_url(env),
+    )
+    inputs = Inputs(dict(DEFAULTS))
+    try:
+        job.event = events.load_event(env)
+        inputs = read_inputs(env, job.event)
+        refusal = fork_refusal(job, inputs)
+        if refusal:
+            ev = error_evaluation(refusal, "refused")
+        else:
+            ev = evaluate(job, inputs)
+    except GateError as err:
+        ev = error_evaluation(str(err))
+    except OSError as err:  # unreadable/unwritable paths: an input problem, not a crash
+        ev = error_evaluation(f"{getattr(err, 'filename', None) or 'file'}: {err.strerror or err}")
+    code = ev.code
+    if code == 1 and inputs["fail-on"] == "never":
+        code = 0
+    _announce(job, ev)
+    if job.event.name == "schedule" and ev.verdict == "pass" and inputs.values.get("promote-on-green"):
+        _promote_on_green(job, inputs, ev)
+
+    client = None
+    if token and job.repo:
+        client = GitHubClient(token, env.get("GITHUB_API_URL") or "https://api.github.com",
+                              log=lambda m: console.line(f"  {m}"))
+    try:
+        comment_url = publish(job, inputs, ev, client)
+    except Exception as err:  # noqa: BLE001 - a publishing bug must not change the verdict
+        job.warn(f"publishing failed unexpectedly ({type(err).__name__}: {err}); the verdict stands")
+        comment_url = ""
+
+    report_path = _write_report_json(job, ev)
+    summary = ev.markdown
+    if job.notes:
+        summary += "\n\n#### Publishing\n" + "\n".join(f"- {_md_note(n)}" for n in job.notes)
+    ci.append_summary(env.get("GITHUB_STEP_SUMMARY"), summary + "\n")
+    ci.write_outputs(env.get("GITHUB_OUTPUT"), {
+        "verdict": ev.verdict,
+        "regressions": str(len(ev.regressions)),
+        "report-json": report_path,
+        "comment-url": comment_url,
+    })
+    console.line(f"gatekeeper: {ev.verdict} (exit {code})")
+    return code
+
+
+def _md_note(text: str) -> str:
+    from gatekeeper.report import escape_untrusted
+
+    return escape_untrusted(text, 600)
+
+
+def _announce(job: Job, ev: Evaluation) -> None:
+    if ev.code == 2:
+        job.console.annotate("error", "\n".join(ev.headline.splitlines()[:30]), title="gatekeeper")
+        return
+    job.console.line(ev.headline)
+    if ev.regressions:
+        job.console.error_annotations(ev.regressions, title="gatekeeper: regression")
+
+
+def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
+    try:
+        if not inputs.flag("promote-on-green") or ev.outcome is None or ev.run_dir is None:
+            return
+        from gatekeeper import store
+
+        written = store.promote(ev.run_dir, ev.suite)
+    except GateError as err:
+        job.warn(f"promote-on-green: {err}")
+        return
+    job.console.line(f"promoted this run as the new baseline: {written}")
+    ev.markdown += f"\n\nPromoted this run as the new baseline: `{written.name}` (commit it to keep it)."
+
+
+if __name__ == "__main__":
+    sys.exit(main())

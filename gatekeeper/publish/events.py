@@ -1,0 +1,194 @@
+"""Reading the workflow event: which PR, which commit, which checkpoint, is it a fork.
+
+Payload shapes follow GitHub's webhook events (pull_request, push, schedule, workflow_dispatch,
+workflow_run). Everything here is pure apart from reading the event file and looking at the
+checked-out workspace to tell checkpoint directories from other files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from gatekeeper.model import GateError
+
+PR_EVENTS = ("pull_request", "pull_request_target")
+POINTER_SUFFIX = ".ckpt-path"
+POINTER_MAX_BYTES = 4096
+# Files whose presence marks a directory as a Hugging Face checkpoint.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+
+
+@dataclass
+class Event:
+    name: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    sha: str = ""
+    repository: str = ""
+
+    @property
+    def pull_request(self) -> dict[str, Any] | None:
+        pr = self.payload.get("pull_request")
+        return pr if isinstance(pr, dict) else None
+
+    @property
+    def pr_number(self) -> int | None:
+        if self.name in PR_EVENTS and self.pull_request:
+            return int(self.pull_request["number"])
+        if self.name == "workflow_run":
+            prs = (self.payload.get("workflow_run") or {}).get("pull_requests") or []
+            if prs:
+                return int(prs[0]["number"])
+        return None
+
+    @property
+    def head_sha(self) -> str:
+        """The commit under test: PR head for PR events, the triggering run's head for
+        workflow_run, else GITHUB_SHA (for pull_request GITHUB_SHA is a merge commit)."""
+        if self.pull_request:
+            return str((self.pull_request.get("head") or {}).get("sha") or self.sha)
+        if self.name == "workflow_run":
+            return str((self.payload.get("workflow_run") or {}).get("head_sha") or self.sha)
+        return self.payload.get("after") or self.sha
+
+    @property
+    def base_sha(self) -> str | None:
+        if self.pull_request:
+            return (self.pull_request.get("base") or {}).get("sha")
+        before = self.payload.get("before")
+        return before if before and set(before) != {"0"} else None
+
+    def fork_source(self) -> str | None:
+        """The fork's full name when this is a PR from a fork, else None."""
+        pr = self.pull_request
+        if self.name not in PR_EVENTS or not pr:
+            return None
+        head_repo = (pr.get("head") or {}).get("repo")
+        base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
+        if not head_repo:  # the fork was deleted: certainly not ours
+            return "(deleted fork)"
+        if head_repo.get("fork") or head_repo.get("full_name") != base_repo:
+            return str(head_repo.get("full_name") or "(unknown fork)")
+        return None
+
+    def dispatch_inputs(self) -> dict[str, str]:
+        """workflow_dispatch inputs with kebab-case keys; empty values dropped (they do not override)."""
+        if self.name != "workflow_dispatch":
+            return {}
+        raw = self.payload.get("inputs") or {}
+        out: dict[str, str] = {}
+        for key, value in raw.items():
+            if value is None or value == "":
+                continue
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            out[str(key).strip().lower().replace("_", "-")] = str(value)
+        return out
+
+
+def load_event(env: dict[str, str] | None = None) -> Event:
+    env = os.environ if env is None else env
+    name = env.get("GITHUB_EVENT_NAME", "").strip()
+    path = env.get("GITHUB_EVENT_PATH", "").strip()
+    payload: dict[str, Any] = {}
+    if path:
+        try:
+            payload = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise GateError(f"{path}: GITHUB_EVENT_PATH does not exist") from None
+        except (OSError, ValueError) as exc:
+            raise GateError(f"{path}: cannot read the event payload ({exc})") from None
+        if not isinstance(payload, dict):
+            raise GateError(f"{path}: the event payload is not a JSON object")
+    return Event(name=name, payload=payload, sha=env.get("GITHUB_SHA", ""), repository=env.get("GITHUB_REPOSITORY", ""))
+
+
+# -- which checkpoint did a push change --------------------------------------------------------
+
+
+def changed_paths(payload: dict[str, Any]) -> list[str]:
+    """Files a push added or modified, in order, without duplicates (removed files skipped)."""
+    commits = list(payload.get("commits") or [])
+    if not commits and payload.get("head_commit"):
+        commits = [payload["head_commit"]]
+    seen: dict[str, None] = {}
+    for c in commits:
+        for key in ("added", "modified"):
+            for p in c.get(key) or []:
+                seen.setdefault(str(p), None)
+    return list(seen)
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    if not path.is_dir():
+        return False
+    if (path / "config.json").is_file():
+        return True
+    return any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir() if p.is_file())
+
+
+def checkpoints_in_push(payload: dict[str, Any], workspace: Path) -> list[str]:
+    """Repository-relative checkpoint dirs / pointer files that the push added or changed."""
+    found: dict[str, None] = {}
+    for rel in changed_paths(payload):
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts:
+            continue  # event data is untrusted; stay inside the workspace
+        if pure.name.endswith(POINTER_SUFFIX) and (workspace / rel).is_file():
+            found.setdefault(rel, None)
+            continue
+        for parent in pure.parents:
+            if str(parent) == ".":
+                break
+            if is_checkpoint_dir(workspace / parent):
+                found.setdefault(str(parent), None)
+                break
+    return list(found)
+
+
+def resolve_model(value: str, event: Event, workspace: Path) -> str:
+    """The model to evaluate: ``auto`` picks the checkpoint a push changed; a pointer file is
+    replaced by the path it contains; anything else (dir, hub id) is returned as given."""
+    value = value.strip()
+    if value == "auto":
+        if event.name != "push":
+            raise GateError(f"model: 'auto' only works for push events, this is {event.name or 'unknown'}")
+        ckpts = checkpoints_in_push(event.payload, workspace)
+        if not ckpts:
+            raise GateError(
+                "model: auto: the push changed no checkpoint (a directory with config.json or "
+                f"*.safetensors, or a *{POINTER_SUFFIX} file); set the model input"
+            )
+        if len(ckpts) > 1:
+            raise GateError(
+                f"model: auto: the push changed {len(ckpts)} checkpoints ({', '.join(ckpts)}); "
+                "set the model input to the one to gate"
+            )
+        value = ckpts[0]
+    return read_pointer(value, workspace)
+
+
+def read_pointer(value: str, workspace: Path) -> str:
+    """If ``value`` names a small text file that is not a model, return the path inside it."""
+    path = Path(value) if Path(value).is_absolute() else workspace / value
+    if not path.is_file():
+        return str(path) if path.is_dir() else value
+    if path.stat().st_size > POINTER_MAX_BYTES:
+        raise GateError(f"{value}: not a checkpoint directory, and too big to be a pointer file")
+    try:
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError):
+        raise GateError(f"{value}: not a checkpoint directory, and not a text pointer file") from None
+    target = next((ln for ln in lines if ln and not ln.startswith("#")), "")
+    if not target:
+        raise GateError(f"{value}: pointer file is empty (expected the checkpoint's path on the runner)")
+    target_path = Path(target)
+    if not target_path.is_absolute():  # relative: next to the pointer, else from the workspace
+        near = path.parent / target
+        target_path = near if near.exists() else workspace / target
+    if not target_path.exists():
+        raise GateError(f"{value}: points to {target}, which does not exist on this runner")
+    return str(target_path)

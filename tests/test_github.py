@@ -1,0 +1,382 @@
+"""publish/: the GitHub client, sticky comments, tracking issue, runner plumbing, event parsing.
+
+Everything talks real HTTP to tests/github_server.py, which validates each request and response
+against GitHub's OpenAPI description; every test ends by asserting it found no problem.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from gatekeeper.model import GateError
+from gatekeeper.publish import ci, comment, events
+from gatekeeper.publish.github import GitHubClient, GitHubError, RetryPolicy, next_link
+from tests.github_server import BOT, FakeGitHub
+
+TOKEN = "ghs_FAKEtoken0123456789abcdefSECRET"
+REPO = "octo/repo"
+
+
+@pytest.fixture
+def gh():
+    fake = FakeGitHub(REPO).start()
+    yield fake
+    fake.stop()
+    assert fake.errors == [], fake.errors
+
+
+def client(fake: FakeGitHub, **kw) -> GitHubClient:
+    policy = RetryPolicy(attempts=kw.pop("attempts", 4), backoff=0.01, max_backoff=0.05,
+                         max_total_wait=kw.pop("max_total_wait", 3.0), connect_timeout=1.0,
+                         read_timeout=kw.pop("read_timeout", 0.4))
+    return GitHubClient(TOKEN, fake.url, retry=policy, **kw)
+
+
+# -- sticky comments -------------------------------------------------------------------------
+
+
+def test_sticky_comment_is_created_once_then_edited_in_place(gh):
+    c = client(gh)
+    first = comment.upsert_sticky(c, REPO, 7, "demo", "### ✅ first")
+    second = comment.upsert_sticky(c, REPO, 7, "demo", "### ❌ second")
+    assert (first.action, second.action) == ("created", "updated")
+    assert first.url == second.url and first.url.endswith(f"#issuecomment-{gh.comments[7][0]['id']}")
+    bodies = gh.comment_bodies(7)
+    assert len(bodies) == 1
+    assert bodies[0].startswith("### ❌ second") and bodies[0].endswith("<!-- gatekeeper:sticky suite=demo -->")
+    assert [r.method for r in gh.writes()] == ["POST", "PATCH"]
+    assert gh.requests[0].headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_marker_on_page_two_is_found_through_link_headers(gh):
+    for i in range(130):
+        gh.add_comment(7, f"human comment {i} mentions gatekeeper")
+    ours = gh.add_comment(7, "old report\n\n" + comment.sticky_marker("demo"), BOT)
+    for i in range(20):
+        gh.add_comment(7, f"later comment {i}")
+    result = comment.upsert_sticky(client(gh), REPO, 7, "demo", "new report")
+    assert result.action == "updated"
+    assert len(gh.comments[7]) == 151
+    assert ours["body"].startswith("new report")
+    gets = [r for r in gh.requests if r.method == "GET"]
+    assert [r.query.get("page", ["1"])[0] for r in gets] == ["1", "2"]
+    assert all(r.query["per_page"] == ["100"] for r in gets)
+
+
+def test_two_suites_keep_two_comments(gh):
+    c = client(gh)
+    for _ in range(2):
+        comment.upsert_sticky(c, REPO, 3, "demo", "demo report")
+        comment.upsert_sticky(c, REPO, 3, "nightly-big", "big report")
+    bodies = gh.comment_bodies(3)
+    assert len(bodies) == 2
+    assert "suite=demo -->" in bodies[0] and "suite=nightly-big -->" in bodies[1]
+
+
+def test_comment_modes(gh):
+    c = client(gh)
+    assert comment.upsert_sticky(c, REPO, 5, "demo", "x", mode="never").action == "skipped"
+    assert comment.upsert_sticky(c, REPO, 5, "demo", "ok", mode="on-regression").action == "skipped"
+    assert gh.comment_bodies(5) == []
+    assert comment.upsert_sticky(c, REPO, 5, "demo", "bad", mode="on-regression", regressed=True).action == "created"
+    # Green again: the existing comment is refreshed so it never shows a stale verdict.
+    assert comment.upsert_sticky(c, REPO, 5, "demo", "green", mode="on-regression").action == "updated"
+    assert gh.comment_bodies(5)[0].startswith("green")
+    assert comment.upsert_sticky(c, REPO, 6, "demo", "err", mode="auto", has_outcome=False).action == "skipped"
+    assert comment.upsert_sticky(c, REPO, 6, "demo", "err", mode="always", has_outcome=False).action == "created"
+
+
+def test_a_human_comment_quoting_the_marker_is_not_preferred_over_ours(gh):
+    gh.add_comment(9, "quoting: " + comment.sticky_marker("demo"))
+    ours = gh.add_comment(9, "ours\n" + comment.sticky_marker("demo"), BOT)
+    comment.upsert_sticky(client(gh), REPO, 9, "demo", "fresh")
+    assert ours["body"].startswith("fresh") and gh.comments[9][0]["body"].startswith("quoting")
+
+
+# -- size limits -----------------------------------------------------------------------------
+
+
+def test_fit_body_hard_trims_under_65536_and_keeps_the_marker():
+    marker = comment.sticky_marker("demo")
+    body = "<details><summary>x</summary>\n\n```\n" + "y" * 100_000
+    out = comment.fit_body(body, marker)
+    assert len(out) <= 65_536
+    assert out.endswith(marker)
+    assert "trimmed" in out
+    assert out.count("```") % 2 == 0 and out.count("<details") == out.count("</details>")
+    assert comment.fit_body("short", marker) == "short\n\n" + marker
+
+
+def test_oversized_report_reaches_github_under_the_limit(gh):
+    result = comment.upsert_sticky(client(gh), REPO, 1, "demo", "z" * 200_000)
+    assert result.action == "created"
+    assert len(gh.comment_bodies(1)[0]) <= 65_536
+
+
+def test_422_body_too_long_is_retried_once_with_a_shorter_body(gh):
+    gh.fail("POST", r"/comments$", 422, body={"message": "Validation Failed", "errors": [
+        {"resource": "IssueComment", "code": "custom", "field": "body",
+         "message": "body is too long (maximum is 65536 characters)"}]})
+    result = comment.upsert_sticky(client(gh), REPO, 1, "demo", "w" * 60_000)
+    assert result.action == "created"
+    posts = [r for r in gh.requests if r.method == "POST"]
+    assert len(posts) == 2 and len(posts[1].body["body"]) <= 65_536 // 2
+    assert "refused the full report" in gh.comment_bodies(1)[0]
+
+
+# -- reliability -----------------------------------------------------------------------------
+
+
+def test_5xx_is_retried_then_succeeds(gh):
+    gh.fail("POST", r"/comments$", 500)
+    gh.fail("POST", r"/comments$", 502)
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "after outage")
+    assert result.action == "created"
+    assert [r.status for r in gh.requests if r.method == "POST"] == [500, 502, 201]
+    assert len(gh.comment_bodies(2)) == 1
+
+
+def test_retry_after_is_honoured(gh):
+    gh.fail("GET", r"/comments$", 403, headers={"Retry-After": "0.5"},
+            body={"message": "You have exceeded a secondary rate limit."})
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "x")
+    assert result.action == "created"
+    gets = [r for r in gh.requests if r.method == "GET"]
+    assert gets[1].at - gets[0].at >= 0.5
+
+
+def test_rate_limit_reset_header_is_honoured_on_429(gh):
+    reset = str(int(time.time()))  # already due: waits only the 1 s safety margin
+    gh.fail("GET", r"/comments$", 429, headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset},
+            body={"message": "API rate limit exceeded"})
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "x")
+    assert result.action == "created"
+    gets = [r for r in gh.requests if r.method == "GET"]
+    assert 0.9 <= gets[1].at - gets[0].at < 3
+
+
+def test_total_wait_is_capped(gh):
+    gh.fail("GET", r"/comments$", 429, headers={"Retry-After": "3600"}, body={"message": "slow down"})
+    t0 = time.monotonic()
+    result = comment.upsert_sticky(client(gh, max_total_wait=2), REPO, 2, "demo", "x")
+    assert time.monotonic() - t0 < 1.5
+    assert result.action == "failed" and "cap" in result.reason
+    assert gh.comment_bodies(2) == []
+
+
+def test_timeouts_are_retried(gh):
+    gh.fail("GET", r"/comments$", delay=1.0)
+    result = comment.upsert_sticky(client(gh, read_timeout=0.3), REPO, 2, "demo", "x")
+    assert result.action == "created"
+
+
+def test_a_timed_out_post_that_landed_does_not_duplicate_the_comment(gh):
+    # GitHub created the comment but the answer never came back in time.
+    gh.fail("POST", r"/comments$", delay=1.0, after=True)
+    result = comment.upsert_sticky(client(gh, read_timeout=0.3), REPO, 2, "demo", "once")
+    assert result.action == "updated"
+    assert len(gh.comment_bodies(2)) == 1
+
+
+def test_giving_up_is_reported_not_raised(gh):
+    gh.fail("GET", r"/comments$", 503, times=10)
+    result = comment.upsert_sticky(client(gh, attempts=3), REPO, 2, "demo", "x")
+    assert result.action == "failed"
+    assert "gave up after 3 attempt(s)" in result.reason and "503" in result.reason
+    assert TOKEN not in result.reason
+
+
+def test_read_only_token_is_recognised_and_not_retried(gh):
+    gh.read_only = True
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "x")
+    assert result.action == "failed" and result.read_only
+    assert len([r for r in gh.requests if r.method == "POST"]) == 1
+
+
+def test_network_error_is_retried_then_reported():
+    c = GitHubClient(TOKEN, "http://127.0.0.1:9", retry=RetryPolicy(attempts=2, backoff=0.01, connect_timeout=0.5))
+    with pytest.raises(GitHubError, match="gave up after 2 attempt"):
+        c.create_status(REPO, "abc", state="success", context="x", description="d", target_url=None)
+
+
+def test_next_link_parsing():
+    header = '<https://api.github.com/x?page=2>; rel="next", <https://api.github.com/x?page=5>; rel="last"'
+    assert next_link(header) == "https://api.github.com/x?page=2"
+    assert next_link('<https://a/x?page=1>; rel="prev"') is None and next_link(None) is None
+
+
+def test_retry_policy_from_env():
+    p = RetryPolicy.from_env({"GATEKEEPER_HTTP_MAX_WAIT": "5", "GATEKEEPER_HTTP_ATTEMPTS": "0",
+                              "GATEKEEPER_HTTP_READ_TIMEOUT": "junk"})
+    assert (p.max_total_wait, p.attempts, p.read_timeout) == (5.0, 1, 30.0)
+
+
+# -- statuses and the nightly tracking issue ---------------------------------------------------
+
+
+def test_commit_status_payload(gh):
+    client(gh).create_status(REPO, "a" * 40, state="failure", context="gatekeeper/demo",
+                             description="d" * 300, target_url="https://github.com/octo/repo/actions/runs/1")
+    (status,) = gh.statuses
+    assert status["context"] == "gatekeeper/demo" and status["state"] == "failure"
+    assert len(status["description"]) == 140 and status["sha"] == "a" * 40
+
+
+def test_tracking_issue_opens_comments_and_closes(gh):
+    c = client(gh)
+    gh.add_issue("unrelated", "no marker", ["gatekeeper"])
+    opened = comment.track_nightly(c, REPO, "demo", regressed=True, report="R1", run_url="https://x/runs/1")
+    assert opened.action == "opened"
+    issue = gh.issues[opened.number]
+    assert [lb["name"] for lb in issue["labels"]] == ["gatekeeper"]
+    assert comment.tracking_marker("demo") in issue["body"]
+    again = comment.track_nightly(c, REPO, "demo", regressed=True, report="R2", run_url=None)
+    assert (again.action, again.number) == ("commented", opened.number)
+    closed = comment.track_nightly(c, REPO, "demo", regressed=False, report="G", run_url=None)
+    assert closed.action == "closed" and issue["state"] == "closed"
+    assert gh.comment_bodies(opened.number)[-1].startswith("Green again")
+    assert comment.track_nightly(c, REPO, "demo", regressed=False, report="G", run_url=None).action == "none"
+    assert len(gh.issues) == 2
+
+
+# -- runner plumbing -------------------------------------------------------------------------
+
+
+def parse_outputs(text: str) -> dict[str, str]:
+    out, lines, i = {}, text.split("\n"), 0
+    while i < len(lines) and lines[i]:
+        name, delim = lines[i].split("<<", 1)
+        j = lines.index(delim, i + 1)
+        out[name] = "\n".join(lines[i + 1: j])
+        i = j + 1
+    return out
+
+
+def test_outputs_use_a_random_heredoc_delimiter(tmp_path):
+    path = tmp_path / "out"
+    hostile = "line1\nghadelimiter_x\nverdict<<EOF\npass\nEOF"
+    ci.write_outputs(path, {"verdict": "fail", "comment-url": hostile, "regressions": "2"})
+    text = path.read_text()
+    assert re.match(r"^verdict<<ghadelimiter_[0-9a-f]{24}\nfail\nghadelimiter_[0-9a-f]{24}\n", text)
+    assert parse_outputs(text) == {"verdict": "fail", "comment-url": hostile, "regressions": "2"}
+
+
+def test_annotations_are_escaped_and_capped_at_ten():
+    buf = io.StringIO()
+    con = ci.Console(buf)
+    n = con.error_annotations([f"task{i}: 50% drop\r\nsecond line" for i in range(25)], title="gate: x,y")
+    lines = buf.getvalue().splitlines()
+    assert n == 10 and len(lines) == 10
+    assert lines[0] == "::error title=gate%3A x%2Cy::task0: 50%25 drop%0D%0Asecond line"
+    assert "16 more regression(s)" in lines[-1]
+
+
+def test_group_disables_workflow_commands_for_untrusted_log():
+    buf = io.StringIO()
+    con = ci.Console(buf)
+    with con.group("eval log") as log:
+        log("::set-output name=verdict::pass")
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "::group::eval log" and lines[-1] == "::endgroup::"
+    token = lines[1].removeprefix("::stop-commands::")
+    assert len(token) == 32 and lines[3] == f"::{token}::"
+
+
+def test_summary_stays_under_one_mebibyte(tmp_path):
+    path = tmp_path / "summary.md"
+    path.write_text("# earlier step\n")
+    assert ci.append_summary(path, "é" * 2_000_000)
+    size = path.stat().st_size
+    assert size <= ci.SUMMARY_LIMIT and "summary trimmed" in path.read_text(encoding="utf-8")
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def pr_payload(head_repo: str | None, base_repo: str = REPO, fork: bool = False) -> dict:
+    head = {"sha": "b" * 40, "repo": None if head_repo is None else {"full_name": head_repo, "fork": fork}}
+    return {"pull_request": {"number": 12, "head": head, "base": {"sha": "a" * 40, "repo": {"full_name": base_repo}}}}
+
+
+def test_fork_detection():
+    ev = events.Event("pull_request", pr_payload(REPO), sha="m" * 40)
+    assert ev.fork_source() is None and ev.pr_number == 12 and ev.head_sha == "b" * 40
+    assert events.Event("pull_request", pr_payload("evil/repo", fork=True)).fork_source() == "evil/repo"
+    assert events.Event("pull_request", pr_payload("evil/repo")).fork_source() == "evil/repo"
+    assert events.Event("pull_request", pr_payload(None)).fork_source() == "(deleted fork)"
+    assert events.Event("push", {}).fork_source() is None
+
+
+def test_dispatch_inputs_are_normalised():
+    ev = events.Event("workflow_dispatch", {"inputs": {"model": "ckpt/x", "fail_on": "never", "suite": "",
+                                                       "promote-on-green": True}})
+    assert ev.dispatch_inputs() == {"model": "ckpt/x", "fail-on": "never", "promote-on-green": "true"}
+    assert events.Event("push", {"inputs": {"model": "x"}}).dispatch_inputs() == {}
+
+
+def make_ckpt(root: Path, rel: str) -> None:
+    (root / rel).mkdir(parents=True)
+    (root / rel / "config.json").write_text("{}")
+    (root / rel / "model.safetensors").write_bytes(b"\0" * 16)
+
+
+def push(*commits: dict) -> events.Event:
+    return events.Event("push", {"before": "0" * 40, "after": "c" * 40, "commits": list(commits)})
+
+
+def test_model_auto_picks_the_pushed_checkpoint(tmp_path):
+    make_ckpt(tmp_path, "checkpoints/step-200")
+    make_ckpt(tmp_path, "checkpoints/step-100")
+    ev = push({"added": ["checkpoints/step-200/model.safetensors", "README.md"], "modified": [], "removed": []},
+              {"added": [], "modified": ["checkpoints/step-200/config.json"], "removed": ["checkpoints/old/x"]})
+    assert events.resolve_model("auto", ev, tmp_path) == str(tmp_path / "checkpoints/step-200")
+
+
+def test_model_auto_with_several_or_no_checkpoints_is_an_error(tmp_path):
+    make_ckpt(tmp_path, "a")
+    make_ckpt(tmp_path, "b")
+    ev = push({"added": ["a/config.json", "b/model.safetensors"], "modified": []})
+    with pytest.raises(GateError, match="changed 2 checkpoints"):
+        events.resolve_model("auto", ev, tmp_path)
+    # Choosing one explicitly resolves the ambiguity.
+    assert events.resolve_model("b", ev, tmp_path) == str(tmp_path / "b")
+    with pytest.raises(GateError, match="changed no checkpoint"):
+        events.resolve_model("auto", push({"added": ["docs/x.md"], "modified": []}), tmp_path)
+    with pytest.raises(GateError, match="only works for push"):
+        events.resolve_model("auto", events.Event("schedule"), tmp_path)
+
+
+def test_pointer_files(tmp_path):
+    make_ckpt(tmp_path, "store/ckpt-7")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints/latest.ckpt-path").write_text(f"# written by training\n{tmp_path / 'store/ckpt-7'}\n")
+    ev = push({"added": [], "modified": ["checkpoints/latest.ckpt-path"]})
+    assert events.resolve_model("auto", ev, tmp_path) == str(tmp_path / "store/ckpt-7")
+    (tmp_path / "current.txt").write_text("store/ckpt-7\n")
+    assert events.resolve_model("current.txt", events.Event("schedule"), tmp_path) == str(tmp_path / "store/ckpt-7")
+    (tmp_path / "dangling.txt").write_text("/nowhere/ckpt\n")
+    with pytest.raises(GateError, match="dangling.txt: points to /nowhere/ckpt"):
+        events.resolve_model("dangling.txt", events.Event("schedule"), tmp_path)
+    assert events.resolve_model("gpt2", events.Event("schedule"), tmp_path) == "gpt2"
+
+
+def test_event_paths_outside_the_workspace_are_ignored(tmp_path):
+    make_ckpt(tmp_path / "ws", "ok")
+    make_ckpt(tmp_path, "outside")
+    ev = push({"added": ["../outside/config.json", "/etc/passwd", "ok/config.json"], "modified": []})
+    assert events.checkpoints_in_push(ev.payload, tmp_path / "ws") == ["ok"]
+
+
+def test_load_event_errors_name_the_file(tmp_path):
+    bad = tmp_path / "event.json"
+    bad.write_text("[1,")
+    with pytest.raises(GateError, match="event.json: cannot read the event payload"):
+        events.load_event({"GITHUB_EVENT_PATH": str(bad), "GITHUB_EVENT_NAME": "push"})
+    bad.write_text(json.dumps({"ref": "x"}))
+    assert events.load_event({"GITHUB_EVENT_PATH": str(bad), "GITHUB_EVENT_NAME": "push"}).payload == {"ref": "x"}
