@@ -1,0 +1,114 @@
+"""``paired_test``: pick and run the right paired test for one metric."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .aggregate import aggregate, check_values, score_fn, unit_stats
+from .corpus import exact_score_from_stats
+from .mcnemar import mcnemar
+from .resampling import Units, bootstrap, permutation_test
+from .result import PairedTest
+
+MIN_CLUSTERS = 20
+
+
+def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
+                higher_is_better: bool, clusters: np.ndarray | None = None, confidence: float = 0.95,
+                n_resamples: int = 10_000, seed: int = 0) -> PairedTest:
+    """Compare a candidate run with a baseline run on the same items (paired row by row).
+
+    - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling).
+    - other "mean": sign-flip permutation (exact up to 16 nonzero differences) + paired
+      percentile bootstrap.
+    - "ratio"/"corpus": permutation swapping the two runs' values within items, and paired
+      bootstrap, both recomputing the aggregate from summed statistics.
+    - clusters: the same with whole clusters as the units.
+    Degenerate case: when every pair is identical, p_worse = p_better = 1, interval (0, 0),
+    se 0 (no evidence either way; the conservative choice).
+    """
+    base = check_values(kind, aggregation, baseline, "baseline")
+    cand = check_values(kind, aggregation, candidate, "candidate")
+    if base.shape != cand.shape:
+        raise ValueError(f"baseline and candidate must pair row by row: shapes {base.shape} vs {cand.shape}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    n = int(base.shape[0])
+    labels = _check_clusters(clusters, n)
+
+    if kind == "mean" and labels is None and _is_binary(base) and _is_binary(cand):
+        return _mcnemar_test(base, cand, higher_is_better, confidence)
+
+    xb, xc = unit_stats(kind, aggregation, base), unit_stats(kind, aggregation, cand)
+    if kind == "corpus":
+        b_score = exact_score_from_stats(aggregation, xb)
+        c_score = exact_score_from_stats(aggregation, xc)
+    else:
+        b_score, c_score = aggregate(kind, aggregation, base), aggregate(kind, aggregation, cand)
+
+    warnings: list[str] = []
+    n_clusters = None
+    if labels is not None:
+        _, inverse = np.unique(labels, return_inverse=True)
+        n_clusters = int(inverse.max()) + 1
+        xb, xc = _cluster_sums(xb, inverse, n_clusters), _cluster_sums(xc, inverse, n_clusters)
+        if n_clusters < MIN_CLUSTERS:
+            warnings.append(
+                f"only {n_clusters} clusters (< {MIN_CLUSTERS}): cluster-level p-values and intervals "
+                "are coarse and the interval may undercover"
+            )
+    units = Units(xb, xc, score_fn(kind, aggregation), mean_of_diff=(kind == "mean" and labels is None))
+
+    ss_perm, ss_boot = np.random.SeedSequence(seed).spawn(2)
+    perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
+    test = _test_name(kind, labels is not None, perm is not None and perm.exact)
+    common = dict(test=test, n=n, n_clusters=n_clusters, baseline=b_score, candidate=c_score,
+                  delta=c_score - b_score, confidence=confidence)
+    if perm is None:  # every pair identical
+        return PairedTest(**common, ci_low=0.0, ci_high=0.0, p_worse=1.0, p_better=1.0, se=0.0,
+                          n_resamples=0, warnings=tuple(warnings))
+    boot = bootstrap(units, confidence, n_resamples, ss_boot)
+    return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
+                      p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
+                      warnings=tuple(warnings))
+
+
+def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float) -> PairedTest:
+    r = mcnemar(base, cand, higher_is_better, confidence)
+    b_score, c_score = aggregate("mean", "mean", base), aggregate("mean", "mean", cand)
+    return PairedTest(test="mcnemar-midp", n=r.n, n_clusters=None, baseline=b_score, candidate=c_score,
+                      delta=c_score - b_score, ci_low=r.ci_low, ci_high=r.ci_high, confidence=confidence,
+                      p_worse=r.p_worse, p_better=r.p_better, se=r.se, n_resamples=0)
+
+
+def _is_binary(values: np.ndarray) -> bool:
+    return bool(((values == 0) | (values == 1)).all())
+
+
+def _check_clusters(clusters: np.ndarray | None, n: int) -> np.ndarray | None:
+    if clusters is None:
+        return None
+    labels = np.asarray(clusters)
+    if labels.shape != (n,):
+        raise ValueError(f"clusters must have one label per item: shape {labels.shape}, expected ({n},)")
+    if labels.dtype == object:
+        if any(v is None for v in labels):
+            raise ValueError("clusters: an item has no cluster label (None)")
+        labels = labels.astype(str)
+    return labels
+
+
+def _cluster_sums(x: np.ndarray, inverse: np.ndarray, n_clusters: int) -> np.ndarray:
+    out = np.zeros((n_clusters, x.shape[1]))
+    np.add.at(out, inverse, x)
+    return out
+
+
+def _test_name(kind: str, clustered: bool, exact: bool) -> str:
+    if clustered:
+        return "cluster-permutation"
+    if kind == "mean":
+        return "exact-sign-flip" if exact else "sign-flip-permutation"
+    return f"{kind}-permutation"
