@@ -1,0 +1,247 @@
+"""results.load_run on real lm-eval 0.4.13 output (dummy model): every aggregate reproduced from
+the samples, the three value kinds, hashes, groups, provenance, snippets, clusters, path forms."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gatekeeper import results
+from gatekeeper.model import GateError, SeriesKey
+from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
+from tests.lmeval_fixtures import TASKS_DIR, results_path, samples_path
+
+pytestmark = pytest.mark.lmeval
+SHARED_EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "notes" / "lm-eval-0.4.13-examples"
+
+
+def _raw(out: Path) -> dict:
+    return json.loads(results_path(out).read_text(encoding="utf-8"))
+
+
+def _data(name: str) -> list[dict]:
+    return [json.loads(line) for line in (TASKS_DIR / "data" / name).read_text(encoding="utf-8").splitlines()]
+
+
+def test_every_reported_metric_is_read_and_its_aggregate_reproduced(lmeval_runs):
+    for which in ("good", "bad"):
+        out = lmeval_runs[which]
+        run = results.load_run(out)
+        raw = _raw(out)
+        expected = set()
+        for task in raw["configs"]:
+            for key, value in raw["results"][task].items():
+                if "," in key and "_stderr" not in key:
+                    metric, filt = key.split(",")
+                    expected.add(SeriesKey(task, filt, metric))
+                    assert run.series[SeriesKey(task, filt, metric)].reported == value
+        assert set(run.series) == expected
+        assert len(expected) == 16  # 7 leaf tasks; arith_gen has two filters
+        for key, s in run.series.items():
+            assert s.n == raw["n-samples"][key.task]["effective"]
+            assert list(s.doc_ids) == sorted(s.doc_ids)
+            # the private fallback must agree with the shared implementation, and both with lm-eval
+            assert results._aggregate(s.kind, s.aggregation, s.values) == pytest.approx(s.reported, rel=1e-9)
+            assert s.higher_is_better == raw["higher_is_better"][key.task][key.metric]
+
+
+def test_value_kinds_and_shapes(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"])
+    kinds = {str(k): (s.kind, s.aggregation) for k, s in run.series.items()}
+    assert kinds["arith_mc/acc,none"] == ("mean", "mean")
+    assert kinds["arith_gen/exact_match,strict-match"] == ("mean", "mean")
+    assert kinds["synth_ppl/word_perplexity,none"] == ("ratio", "weighted_perplexity")
+    assert kinds["synth_ppl/byte_perplexity,none"] == ("ratio", "weighted_perplexity")
+    assert kinds["synth_ppl/bits_per_byte,none"] == ("ratio", "bits_per_byte")
+    assert kinds["arith_ll/perplexity,none"] == ("ratio", "perplexity")
+    assert kinds["trans_bleu/bleu,none"] == ("corpus", "bleu")
+    assert kinds["trans_bleu/chrf,none"] == ("corpus", "chrf")
+    assert kinds["trans_bleu/ter,none"] == ("corpus", "ter")
+
+    mc = run.series[SeriesKey("arith_mc", "none", "acc")]
+    assert mc.values.dtype == np.float64 and mc.values.shape == (30,)
+    assert set(np.unique(mc.values)) <= {0.0, 1.0}
+
+    texts = [r["text"] for r in _data("synth_ppl.jsonl")]
+    words = run.series[SeriesKey("synth_ppl", "none", "word_perplexity")].values
+    nbytes = run.series[SeriesKey("synth_ppl", "none", "byte_perplexity")].values
+    assert words.shape == (10, 2) and words.dtype == np.float64
+    assert words[:, 1].tolist() == [len(re.split(r"\s+", t)) for t in texts]
+    assert nbytes[:, 1].tolist() == [len(t.encode("utf-8")) for t in texts]
+    assert nbytes[3, 1] > len(texts[3])  # the non-ASCII doc: bytes, not characters
+    assert np.array_equal(words[:, 0], nbytes[:, 0])
+
+    ppl = run.series[SeriesKey("arith_ll", "none", "perplexity")].values
+    assert ppl.shape == (30, 2) and (ppl[:, 1] == 1.0).all() and (ppl[:, 0] < 0).all()
+
+    bleu = run.series[SeriesKey("trans_bleu", "none", "bleu")].values
+    assert bleu.dtype == object and bleu.shape == (12, 2)
+    assert bleu[:, 0].tolist() == [r["target"] for r in _data("trans.jsonl")]
+    assert set(bleu[:, 1]) == {"lol"}  # the dummy model's generation
+
+
+def test_two_filters_and_repeats(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"])
+    strict = run.series[SeriesKey("arith_gen", "strict-match", "exact_match")]
+    raw = run.series[SeriesKey("arith_gen", "raw", "exact_match")]
+    assert np.array_equal(strict.doc_ids, raw.doc_ids)
+    # "lol" never matches the number regex; unfiltered it equals the target on every 5th doc
+    assert strict.values.sum() == 0
+    assert raw.values.tolist() == [1.0 if i % 5 == 0 else 0.0 for i in range(30)]
+    rep = run.series[SeriesKey("arith_rep", "none", "exact_match")]  # repeats: 3, one value per doc
+    assert rep.values.tolist() == raw.values.tolist()
+
+
+def test_hashes_parse_and_rebuild_lm_evals_task_hash(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"])
+    for key, s in run.series.items():
+        assert s.hashes.shape == (s.n, 3)
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in s.hashes.ravel())
+        if key.task != "arith_gen":  # one filter: file order is doc_id order
+            joined = "".join("".join(row) for row in s.hashes)
+            assert hashlib.sha256(joined.encode()).hexdigest() == run.provenance.task_hashes[key.task]
+    docs = _data("arith.jsonl")
+    mc = run.series[SeriesKey("arith_mc", "none", "acc")]
+    doc_hash = hashlib.sha256(json.dumps(docs[7], indent=2, ensure_ascii=False).encode()).hexdigest()
+    assert mc.hashes[7, 0] == doc_hash
+    assert mc.hashes[7, 1] == hashlib.sha256(docs[7]["question"].encode()).hexdigest()
+
+
+def test_groups_and_subtasks(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"])
+    assert run.group_subtasks == {"synth_mc": ["arith_mc", "capitals_mc"]}
+    assert set(run.groups) == {"synth_mc"}
+    assert set(run.groups["synth_mc"]) == {"acc,none", "acc_norm,none"}
+    a = run.series[SeriesKey("arith_mc", "none", "acc")].values
+    c = run.series[SeriesKey("capitals_mc", "none", "acc")].values
+    # weight_by_size: true for acc → the pooled mean over the leaf items
+    assert run.groups["synth_mc"]["acc,none"] == pytest.approx(np.concatenate([a, c]).mean(), rel=1e-12)
+    assert not any(k.task == "synth_mc" for k in run.series)  # groups have no series
+
+
+def test_group_without_aggregate_metric_list_is_kept_empty(tmp_path):
+    src = SHARED_EXAMPLES / "results_bleu_and_group_without_agg.json"
+    if not src.is_file():
+        pytest.skip("shared lm-eval examples not present")
+    data = json.loads(src.read_text(encoding="utf-8"))
+    groups, subtasks = results._groups(data)
+    assert groups == {"synth_noagg": {}}
+    assert subtasks == {"synth_noagg": ["arith_mc", "capitals_mc"]}
+
+
+def test_provenance_from_string_and_dict_model_args(lmeval_runs):
+    good = results.load_run(lmeval_runs["good"]).provenance
+    bad = results.load_run(lmeval_runs["bad"]).provenance
+    assert (good.model_name, bad.model_name) == ("dummy-good", "dummy-bad")
+    assert good.lm_eval_version == "0.4.13"
+    assert good.seeds == {"random_seed": 1234, "numpy_seed": 1234, "torch_seed": 1234, "fewshot_seed": 1234}
+    assert bad.seeds["fewshot_seed"] == 99
+    assert good.task_versions["capitals_mc"] == 2.0 and good.task_versions["synth_mc"] == "1.0"
+    assert good.n_shot["arith_mc"] == 0
+    assert good.limit is None
+    assert good.n_samples["capitals_mc"] == {"original": 12, "effective": 12}
+    assert good.task_hashes == bad.task_hashes and len(good.task_hashes) == 7  # model-independent
+    assert good.source == str(results_path(lmeval_runs["good"]))
+    assert good.date is not None and good.transformers_version
+    for task, cfg in good.configs.items():
+        assert cfg["metadata"] == {"version": good.task_versions[task]}, task
+    assert good.configs == bad.configs  # model args and config_source stripped from both
+    assert good.manifest == {} and good.suite_hash is None
+
+
+def test_snippets_are_raw_and_mc_shows_the_chosen_choice(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"])
+    lines = [json.loads(x) for x in samples_path(lmeval_runs["good"], "arith_mc").read_text().splitlines()]
+    line = lines[4]
+    snip = run.snippets[("arith_mc", "none")][4]
+    lls = [float(r[0]) for r in line["filtered_resps"]]
+    assert snip.prompt == line["doc"]["question"]
+    assert snip.output == line["doc"]["choices"][int(np.argmax(lls))]
+    assert snip.target == line["doc"]["choices"][line["doc"]["label"]]
+    gen = run.snippets[("arith_gen", "strict-match")][0]
+    assert (gen.output, gen.target) == ("[invalid]", "lol")
+    trans = run.snippets[("trans_bleu", "none")][0]
+    assert trans.prompt == "Translate: le chat dort\nEnglish:"  # raw: newline kept, nothing escaped
+    assert set(run.snippets) == {(k.task, k.filter) for k in run.series}
+    assert results.load_run(lmeval_runs["good"], snippets=False).snippets == {}
+
+
+def test_snippets_are_truncated(good_copy):
+    from tests.lmeval_fixtures import edit_samples
+
+    def long_prompt(lines):
+        obj = json.loads(lines[0])
+        obj["arguments"]["gen_args_0"]["arg_0"] = "<b>" + "x" * 1000
+        return [json.dumps(obj)] + lines[1:]
+
+    edit_samples(good_copy, "arith_gen", long_prompt)
+    snip = results.load_run(good_copy).snippets[("arith_gen", "strict-match")][0]
+    assert len(snip.prompt) == results.SNIPPET_CHARS and snip.prompt.startswith("<b>xxx")
+
+
+def test_cluster_keys_label_items_from_the_doc(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"], cluster_keys={"arith_mc": "topic", "capitals_mc": "region"})
+    topics = [r["topic"] for r in _data("arith.jsonl")]
+    for metric in ("acc", "acc_norm"):
+        assert run.series[SeriesKey("arith_mc", "none", metric)].clusters.tolist() == topics
+    assert run.series[SeriesKey("capitals_mc", "none", "acc")].clusters.tolist()[:2] == ["south", "north"]
+    assert run.series[SeriesKey("arith_gen", "raw", "exact_match")].clusters is None
+    with pytest.raises(GateError, match=r"samples_arith_mc_.*\.jsonl line 1: doc has no field 'subject'"):
+        results.load_run(lmeval_runs["good"], cluster_keys={"arith_mc": "subject"})
+
+
+def test_output_dir_model_folder_and_file_read_the_same(lmeval_runs):
+    out = lmeval_runs["good"]
+    runs = [results.load_run(p) for p in (out, out / "dummy-good", results_path(out))]
+    for other in runs[1:]:
+        assert other.series.keys() == runs[0].series.keys()
+        for key in runs[0].series:
+            assert np.array_equal(other.series[key].values, runs[0].series[key].values)
+        assert other.notes == []
+
+
+def test_several_runs_take_the_newest_with_a_note(good_copy):
+    folder = good_copy / "dummy-good"
+    old = results_path(good_copy)
+    ts = old.name[len("results_") : -len(".json")]
+    # Two older copies; a later-sorting timestamp must win regardless of directory order.
+    for older in ("2001-01-01T00-00-00.000001", "2001-01-02T00-00-00"):
+        shutil.copy(old, folder / f"results_{older}.json")
+    chosen, notes = results.find_results_file(good_copy)
+    assert chosen == old
+    assert notes == [f"3 runs in {folder}; using the newest, {old.name}"]
+    assert results.load_run(good_copy).notes == notes
+    assert ts > "2001"
+
+
+def test_several_model_folders_ask_to_pick_one(good_copy, lmeval_runs):
+    shutil.copytree(lmeval_runs["bad"] / "dummy-bad", good_copy / "dummy-bad")
+    with pytest.raises(GateError, match=r"good: 2 model folders \(dummy-bad, dummy-good\); pass one of them"):
+        results.load_run(good_copy)
+
+
+def test_manifest_beside_the_run_is_loaded(good_copy):
+    manifest = {"suite_hash": "sha256:abc", "hardware": {"gpu": "none", "cpus": 2}}
+    (good_copy / results.MANIFEST_NAME).write_text(json.dumps(manifest))
+    prov = results.load_run(good_copy).provenance
+    assert prov.manifest == manifest and prov.suite_hash == "sha256:abc"
+
+
+def test_shared_cli_example_without_samples_names_the_missing_file(tmp_path):
+    src = SHARED_EXAMPLES / "results_tiny-good.json"
+    if not src.is_file():
+        pytest.skip("shared lm-eval examples not present")
+    dst = tmp_path / "results_2026-11-30T01-57-33.954527.json"
+    shutil.copy(src, dst)
+    with pytest.raises(GateError, match=r"samples_arith_gen_2026-11-30T01-57-33\.954527\.jsonl: samples file missing"):
+        results.load_run(tmp_path)
+    data = json.loads(src.read_text())
+    prov = results._provenance(dst, data, {})  # the CLI writes model_args as a dict
+    assert prov.model_name == "./tiny-good" and prov.model_dtype == "torch.float32"
+    assert prov.configs["arith_mc"]["metadata"] == {"version": 1.0}
