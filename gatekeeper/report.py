@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 GITHUB_COMMENT_LIMIT = 65_536
 MAX_R2W_PER_METRIC = 5
 WORD_JOINER = "\u2060"  # invisible; breaks GitHub's @mention and #ref autolinking
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")  # ">" and "<" become HTML entities
 
 
 @dataclass

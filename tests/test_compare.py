@@ -1,0 +1,172 @@
+"""compare_runs: verdicts, margins, direction, correction, informational metrics, report output."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gatekeeper import report
+from gatekeeper.compare import compare_runs
+from gatekeeper.model import GateError, SeriesKey
+from gatekeeper.policy import Policy, Rule
+from tests.synthetic import run, series
+
+
+def _binary(n: int, p: float, seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).random(n) < p).astype(float)
+
+
+def _flip(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    y = x.copy()
+    y[idx] = 1 - y[idx]
+    return y
+
+
+def test_identical_runs_are_unchanged_and_pass():
+    base = _binary(500, 0.6, 1)
+    a = run(series("t1", "acc", base))
+    b = run(series("t1", "acc", base.copy()))
+    out = compare_runs(a, b, Policy())
+    assert out.verdict == "pass" and out.exit_code == 0
+    (c,) = out.comparisons
+    assert c.verdict == "unchanged"
+    assert c.test.delta == 0.0
+
+
+def test_clear_drop_regresses_and_names_the_task():
+    base = _binary(1000, 0.7, 2)
+    right = np.flatnonzero(base == 1)
+    cand = _flip(base, right[:120])  # 12 points worse
+    a = run(series("good", "acc", base), series("bad", "acc", base))
+    b = run(series("good", "acc", base.copy()), series("bad", "acc", cand))
+    out = compare_runs(a, b, Policy(margin=0.02))
+    assert out.verdict == "fail" and out.exit_code == 1
+    assert [c.key.task for c in out.regressions] == ["bad"]
+    bad = next(c for c in out.comparisons if c.key.task == "bad")
+    assert bad.test.delta == pytest.approx(-0.12)
+    assert bad.p_adjusted is not None and bad.p_adjusted < 1e-6
+    assert len(bad.right_to_wrong) == 120
+
+
+def test_significant_drop_within_margin_does_not_fail():
+    base = _binary(4000, 0.5, 3)
+    right = np.flatnonzero(base == 1)
+    cand = _flip(base, right[:80])  # 2 points worse, very significant with no noise
+    out = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", cand)), Policy(margin=0.05))
+    assert out.verdict == "pass"
+    assert out.comparisons[0].verdict in ("unchanged", "inconclusive")
+
+
+def test_lower_is_better_direction():
+    rng = np.random.default_rng(4)
+    ll = -rng.uniform(20, 60, 300)
+    count = rng.integers(5, 20, 300).astype(float)
+    base = np.column_stack([ll, count])
+    worse = np.column_stack([ll * 1.3, count])  # lower loglik → higher perplexity → worse
+    kw = dict(kind="ratio", aggregation="weighted_perplexity", higher_is_better=False)
+    out = compare_runs(run(series("ppl", "word_perplexity", base, **kw)),
+                       run(series("ppl", "word_perplexity", worse, **kw)), Policy(resamples=2000))
+    (c,) = out.comparisons
+    assert c.test.delta > 0 and c.drop > 0
+    assert c.verdict == "regressed"
+    better = compare_runs(run(series("ppl", "word_perplexity", worse, **kw)),
+                          run(series("ppl", "word_perplexity", base, **kw)), Policy(resamples=2000))
+    assert better.comparisons[0].verdict == "improved" and better.verdict == "pass"
+
+
+def test_informational_metric_never_fails_the_suite():
+    base = _binary(1000, 0.7, 5)
+    cand = _flip(base, np.flatnonzero(base == 1)[:150])
+    policy = Policy(rules=[Rule(task="t", metric="acc_norm", gate=False)])
+    out = compare_runs(run(series("t", "acc", base), series("t", "acc_norm", base)),
+                       run(series("t", "acc", base.copy()), series("t", "acc_norm", cand)), policy)
+    assert out.verdict == "pass"
+    info = next(c for c in out.comparisons if c.key.metric == "acc_norm")
+    assert not info.gated and info.p_adjusted is None
+    assert info.verdict == "regressed"  # labelled, but it only informs
+
+
+def test_correction_changes_borderline_decision():
+    # Ten gated metrics; one has a borderline drop that passes raw alpha but not Holm.
+    rng = np.random.default_rng(6)
+    series_a, series_b = [], []
+    for i in range(10):
+        base = (rng.random(600) < 0.6).astype(float)
+        series_a.append(series(f"t{i}", "acc", base))
+        series_b.append(series(f"t{i}", "acc", base.copy()))
+    base = series_a[0].values
+    r = np.flatnonzero(base == 1)
+    w = np.flatnonzero(base == 0)
+    cand = base.copy()
+    cand[r[:30]] = 0  # 30 right→wrong
+    cand[w[:14]] = 1  # 14 wrong→right: one-sided mid-p ≈ 0.01
+    series_b[0] = series("t0", "acc", cand)
+    none = compare_runs(run(*series_a), run(*series_b), Policy(correction="none"))
+    holm = compare_runs(run(*series_a), run(*series_b), Policy(correction="holm"))
+    assert none.comparisons[0].test.p_worse < 0.05
+    assert none.verdict == "fail"
+    assert holm.verdict == "pass"
+    assert holm.comparisons[0].verdict == "inconclusive"
+
+
+def test_mismatched_metric_sets_are_an_error():
+    base = _binary(100, 0.5, 7)
+    with pytest.raises(GateError, match="acc_norm"):
+        compare_runs(run(series("t", "acc", base), series("t", "acc_norm", base)),
+                     run(series("t", "acc", base)), Policy())
+
+
+def test_json_report_schema_and_markdown_escaping():
+    base = _binary(1000, 0.7, 8)
+    cand = _flip(base, np.flatnonzero(base == 1)[:150])
+    evil = "x@octocat#12<script>|"
+    a = run(series(evil, "acc", base))
+    b = run(series(evil, "acc", cand))
+    out = compare_runs(a, b, Policy(), suite="demo")
+    data = report.to_json(out)
+    json.dumps(data, allow_nan=False)  # strict JSON
+    assert data["verdict"] == "fail" and data["regressions"] == 1
+    row = data["comparisons"][0]
+    for k in ("task", "metric", "filter", "n", "baseline", "candidate", "delta", "ci_low", "ci_high",
+              "p_value", "p_adjusted", "test", "verdict", "mde"):
+        assert k in row
+    assert row["delta"] == pytest.approx(row["candidate"] - row["baseline"])
+    assert row["ci_low"] <= row["delta"] <= row["ci_high"]
+    md = report.render_markdown(out)
+    assert md.startswith("### ❌")
+    assert "<script>" not in md and "@octocat" not in md and "#12" not in md
+    assert "&lt;script&gt;" in md
+    # Each table row has exactly the header's number of unescaped pipes.
+    lines = md.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| task"))
+    table = lines[start : lines.index("", start)]
+    counts = {ln.replace("\\|", "").count("|") for ln in table}
+    assert len(counts) == 1
+    term = report.render_terminal(out)
+    assert term.splitlines()[-1].startswith("FAIL: gatekeeper demo: 1 regression")
+
+
+def test_markdown_stays_under_limit_and_says_it_trimmed():
+    rng = np.random.default_rng(9)
+    sa, sb = [], []
+    for i in range(400):
+        base = (rng.random(50) < 0.5).astype(float)
+        sa.append(series(f"task_{i:03d}_" + "x" * 30, "acc", base))
+        sb.append(series(f"task_{i:03d}_" + "x" * 30, "acc", base.copy()))
+    pol = Policy(rules=[Rule(task="task_1*", gate=False)])
+    out = compare_runs(run(*sa), run(*sb), pol)
+    md = report.render_markdown(out, max_chars=20_000)
+    assert len(md) <= 20_000
+    assert "trimmed" in md or "truncated" in md
+
+
+def test_policy_lookup_prefers_task_rules_then_groups_then_wildcards():
+    pol = Policy(margin=0.01, rules=[Rule(task="*", metric="acc_norm", gate=False),
+                                     Rule(task="mmlu", metric="acc", margin=0.03),
+                                     Rule(task="mmlu_math", metric="acc", margin=0.05)])
+    assert pol.lookup(SeriesKey("mmlu_math", "none", "acc"), ("mmlu",)) == (0.05, True)
+    assert pol.lookup(SeriesKey("mmlu_law", "none", "acc"), ("mmlu",)) == (0.03, True)
+    assert pol.lookup(SeriesKey("mmlu_law", "none", "acc_norm"), ("mmlu",)) == (0.01, False)
+    assert pol.lookup(SeriesKey("other", "none", "acc"), ()) == (0.01, True)
