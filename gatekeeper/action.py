@@ -20,7 +20,7 @@ from typing import Any
 
 from gatekeeper.model import GateError
 from gatekeeper.publish import ci, comment, events
-from gatekeeper.publish.github import GitHubClient
+from gatekeeper.publish.github import GitHubClient, RetryPolicy
 
 COMMANDS = ("gate", "run", "compare", "promote")
 FAIL_ON = ("regression", "never")
@@ -396,7 +396,7 @@ def main(env: dict[str, str] | None = None) -> int:
     client = None
     if token and job.repo:
         client = GitHubClient(token, env.get("GITHUB_API_URL") or "https://api.github.com",
-                              log=lambda m: console.line(f"  {m}"))
+                              retry=RetryPolicy.from_env(env), log=lambda m: console.line(f"  {m}"))
     try:
         comment_url = publish(job, inputs, ev, client)
     except Exception as err:  # noqa: BLE001 - a publishing bug must not change the verdict

@@ -1,0 +1,283 @@
+"""gatekeeper.action.main() end to end, per trigger, against the strict loopback fake GitHub.
+
+The evaluation side uses ``command: compare`` on baseline files built from synthetic per-item
+results (fast, no lm-eval); the real-gate path is covered by the tests marked ``lmeval`` at
+the end, which run the demo checkpoints once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gatekeeper import action, store
+from gatekeeper.publish import comment
+from gatekeeper.suite import load_suite
+from tests.github_server import FakeGitHub
+from tests.synthetic import run, series
+
+TOKEN = "ghs_e2eTOKEN9876543210zyxwSECRET"
+REPO = "octo/repo"
+HEAD = "b" * 40
+BASE = "a" * 40
+SUITE = """\
+name: demo
+lm_eval_version: "0.4.13"
+policy: {alpha: 0.05, correction: holm, margin: 0.1, resamples: 1000}
+tasks:
+  - name: arith_mc
+"""
+N = 200
+
+
+def _values(drop: int) -> np.ndarray:
+    v = (np.arange(N) < 160).astype(float)  # 0.8 accuracy
+    v[:drop] = 0.0
+    return v
+
+
+@pytest.fixture
+def gh():
+    fake = FakeGitHub(REPO).start()
+    yield fake
+    fake.stop()
+    assert fake.errors == [], fake.errors
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace: suite file, baseline, and candidate baselines 'harmless', 'regressed', 'many'."""
+    (tmp_path / "gatekeeper.yaml").write_text(SUITE)
+    suite = load_suite(tmp_path / "gatekeeper.yaml")
+
+    def save(name: str, *s, model: str = "org/model") -> None:
+        path = tmp_path / ("runs" if name != "baseline" else ".gatekeeper/baselines") / (
+            f"{name}.json.gz" if name != "baseline" else "demo.json.gz")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.save_baseline(run(*s, name=model), path, suite_name="demo", suite_hash=suite.hash)
+
+    save("baseline", series("arith_mc", "acc", _values(0)))
+    save("harmless", series("arith_mc", "acc", _values(1)))
+    save("regressed", series("arith_mc", "acc", _values(60)),
+         model="@octocat #12 <script>alert(1)</script> a|b")
+    return tmp_path
+
+
+def event_file(ws: Path, payload: dict) -> str:
+    path = ws.parent / "event.json"
+    path.write_text(json.dumps(payload))
+    return str(path)
+
+
+def pr_event(head_repo: str = REPO, fork: bool = False) -> dict:
+    return {"pull_request": {"number": 12, "head": {"sha": HEAD, "repo": {"full_name": head_repo, "fork": fork}},
+                             "base": {"sha": BASE, "repo": {"full_name": REPO}}}}
+
+
+def act(ws: Path, gh: FakeGitHub | None, capfd, event: str, payload: dict, env_over: dict | None = None,
+        **inputs: str) -> dict:
+    env = {
+        "GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": event_file(ws, payload), "GITHUB_SHA": HEAD,
+        "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": gh.url if gh else "http://127.0.0.1:9",
+        "GITHUB_SERVER_URL": "https://github.example", "GITHUB_RUN_ID": "42", "GITHUB_WORKSPACE": str(ws),
+        "GITHUB_STEP_SUMMARY": str(ws.parent / "summary.md"), "GITHUB_OUTPUT": str(ws.parent / "output"),
+        "RUNNER_ENVIRONMENT": "github-hosted", "INPUT_GITHUB-TOKEN": TOKEN, "INPUT_COMMAND": "compare",
+        "GATEKEEPER_HTTP_BACKOFF": "0.01", "GATEKEEPER_HTTP_MAX_WAIT": "1", "GATEKEEPER_HTTP_READ_TIMEOUT": "2",
+    }
+    keys = {f"INPUT_{name.upper().replace('_', '-')}": value for name, value in inputs.items()}
+    for key, value in {**keys, **(env_over or {})}.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    for f in ("summary.md", "output"):
+        (ws.parent / f).unlink(missing_ok=True)
+    code = action.main(env)
+    out, err = capfd.readouterr()
+    outputs_text = (ws.parent / "output").read_text()
+    return {
+        "code": code, "out": out, "err": err, "summary": (ws.parent / "summary.md").read_text(),
+        "outputs": _parse_outputs(outputs_text), "outputs_text": outputs_text,
+    }
+
+
+def _parse_outputs(text: str) -> dict[str, str]:
+    found = re.findall(r"^([a-z-]+)<<(ghadelimiter_[0-9a-f]+)\n(.*?)\n\2$", text, flags=re.M | re.S)
+    return {name: value for name, _, value in found}
+
+
+def assert_token_hidden(res: dict) -> None:
+    lines = [ln for ln in res["out"].splitlines() if TOKEN in ln]
+    assert lines == [f"::add-mask::{TOKEN}"] and res["out"].splitlines()[0] == lines[0]
+    assert TOKEN not in res["err"] and TOKEN not in res["summary"] and TOKEN not in res["outputs_text"]
+
+
+# -- pull_request ----------------------------------------------------------------------------
+
+
+def test_pull_request_regression_posts_one_sticky_comment_then_edits_it(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1
+    assert res["outputs"]["verdict"] == "fail" and res["outputs"]["regressions"] == "1"
+    (body,) = gh.comment_bodies(12)
+    assert body.endswith(comment.sticky_marker("demo")) and "arith\\_mc" in body or "arith_mc" in body
+    assert res["outputs"]["comment-url"] == gh.comments[12][0]["html_url"]
+    report = ws / res["outputs"]["report-json"]
+    assert not Path(res["outputs"]["report-json"]).is_absolute() and json.loads(report.read_text())["verdict"] == "fail"
+    assert re.search(r"^::error title=gatekeeper%3A regression::arith_mc/acc,none: ", res["out"], re.M)
+    assert "aaaaaaa → bbbbbbb" in body  # base and head short SHAs
+    assert "https://github.example/octo/repo/actions/runs/42" in body
+    assert "❌" in res["summary"]
+    assert_token_hidden(res)
+
+    again = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
+    assert again["code"] == 0 and again["outputs"]["verdict"] == "pass"
+    (body,) = gh.comment_bodies(12)
+    assert body.startswith("### ✅")
+    assert [r.method for r in gh.writes()] == ["POST", "PATCH"]
+
+
+def test_untrusted_text_cannot_ping_or_inject(ws, gh, capfd):
+    act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    (body,) = gh.comment_bodies(12)
+    assert "octocat" in body  # it is shown...
+    assert not re.search(r"@octocat|#12\b|<script", body)  # ...but cannot ping, link or inject
+    row = next(ln for ln in body.splitlines() if ln.startswith("| model"))
+    assert row.count("|") - row.count("\\|") == 4  # the model name's pipe does not add a column
+
+
+def test_fail_on_never_reports_but_passes(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz", fail_on="never")
+    assert res["code"] == 0 and res["outputs"]["verdict"] == "fail"
+
+
+def test_comment_never_and_on_regression(ws, gh, capfd):
+    act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz", comment="never")
+    act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz", comment="on-regression")
+    assert gh.comment_bodies(12) == []
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz", comment="on-regression")
+    assert len(gh.comment_bodies(12)) == 1 and res["outputs"]["comment-url"]
+
+
+# -- fork safety -----------------------------------------------------------------------------
+
+
+def test_fork_pr_on_self_hosted_runner_is_refused(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event("evil/fork", fork=True), candidate="runs/regressed.json.gz",
+              env_over={"RUNNER_ENVIRONMENT": None})
+    assert res["code"] == 2 and res["outputs"]["verdict"] == "refused"
+    assert gh.writes() == []  # nothing ran, so nothing is posted
+    assert "refusing to evaluate code from fork evil/fork on a self-hosted runner" in res["out"]
+    assert "workflow\\_run" in res["summary"] or "workflow_run" in res["summary"]
+
+
+def test_fork_pr_with_read_only_token_falls_back_to_the_summary(ws, gh, capfd, monkeypatch):
+    gh.read_only = True
+    res = act(ws, gh, capfd, "pull_request", pr_event("evil/fork", fork=True), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1  # GitHub-hosted: the eval ran; the verdict stands
+    assert re.search(r"^::warning title=gatekeeper::the token cannot write", res["out"], re.M)
+    assert "cannot write" in res["summary"] and "❌" in res["summary"]
+    assert gh.comment_bodies(12) == [] and res["outputs"]["comment-url"] == ""
+
+
+def test_allow_forks_lets_a_self_hosted_runner_evaluate(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event("evil/fork", fork=True), candidate="runs/harmless.json.gz",
+              env_over={"RUNNER_ENVIRONMENT": None}, allow_forks="true")
+    assert res["code"] == 0
+
+
+# -- reliability -----------------------------------------------------------------------------
+
+
+def test_github_down_does_not_change_the_verdict(ws, gh, capfd):
+    gh.fail("GET", r"/comments$", 503, times=50)
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail"
+    assert "could not post the PR comment" in res["out"] and "gave up" in res["summary"]
+    assert "503" in res["summary"]
+
+
+def test_no_github_at_all_still_gates(ws, capfd):
+    res = act(ws, None, capfd, "push", {"after": HEAD, "commits": []}, candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and "could not set the commit status" in res["summary"]
+
+
+def test_bad_input_is_exit_2_with_one_clear_line(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event(), command="evaluate")
+    assert res["code"] == 2 and res["outputs"]["verdict"] == "error"
+    assert "::error title=gatekeeper::input command: expected one of gate, run, compare, promote" in res["out"]
+    assert "Traceback" not in res["err"]
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/missing")
+    assert res["code"] == 2 and "runs/missing" in res["out"]
+
+
+def test_annotations_are_capped_at_ten(ws, gh, capfd):
+    suite_text = SUITE + "".join(f"  - name: t{i:02d}\n" for i in range(14))
+    (ws / "gatekeeper.yaml").write_text(suite_text)
+    suite = load_suite(ws / "gatekeeper.yaml")
+    tasks = ["arith_mc", *[f"t{i:02d}" for i in range(14)]]
+    for name, drop in (("demo", 0), ("many", 60)):
+        path = ws / (".gatekeeper/baselines/demo.json.gz" if name == "demo" else "runs/many.json.gz")
+        store.save_baseline(run(*[series(t, "acc", _values(drop)) for t in tasks]), path,
+                            suite_name="demo", suite_hash=suite.hash)
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/many.json.gz")
+    errors = [ln for ln in res["out"].splitlines() if ln.startswith("::error")]
+    assert res["code"] == 1 and res["outputs"]["regressions"] == "15"
+    assert len(errors) == 10 and "6 more regression(s)" in errors[-1]
+
+
+# -- push ------------------------------------------------------------------------------------
+
+
+def test_push_sets_a_status_and_comments_on_the_open_pr(ws, gh, capfd):
+    gh.add_pr(31, HEAD, state="closed")
+    gh.add_pr(30, HEAD)
+    res = act(ws, gh, capfd, "push", {"before": BASE, "after": HEAD, "commits": []},
+              candidate="runs/regressed.json.gz")
+    assert res["code"] == 1
+    (status,) = gh.statuses
+    assert (status["sha"], status["state"], status["context"]) == (HEAD, "failure", "gatekeeper/demo")
+    assert status["target_url"] == "https://github.example/octo/repo/actions/runs/42"
+    assert len(status["description"]) <= 140 and "1 regression" in status["description"]
+    assert len(gh.comment_bodies(30)) == 1 and gh.comment_bodies(31) == []
+
+
+def test_push_without_pr_sets_only_the_status(ws, gh, capfd):
+    res = act(ws, gh, capfd, "push", {"after": HEAD, "commits": []}, candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and [s["state"] for s in gh.statuses] == ["success"]
+    assert gh.comments == {}
+
+
+def test_push_error_sets_an_error_status(ws, gh, capfd):
+    res = act(ws, gh, capfd, "push", {"after": HEAD, "commits": []}, candidate="runs/nope.json.gz")
+    assert res["code"] == 2 and [s["state"] for s in gh.statuses] == ["error"]
+
+
+# -- schedule --------------------------------------------------------------------------------
+
+
+def test_nightly_opens_updates_and_closes_the_tracking_issue(ws, gh, capfd):
+    res = act(ws, gh, capfd, "schedule", {"schedule": "0 3 * * *"}, candidate="runs/regressed.json.gz")
+    assert res["code"] == 1
+    (issue,) = gh.issues.values()
+    assert issue["state"] == "open" and [lb["name"] for lb in issue["labels"]] == ["gatekeeper"]
+    assert res["outputs"]["comment-url"] == issue["html_url"]
+    act(ws, gh, capfd, "schedule", {}, candidate="runs/regressed.json.gz")
+    assert len(gh.issues) == 1 and gh.comment_bodies(issue["number"])[0].startswith("Still regressed")
+    res = act(ws, gh, capfd, "schedule", {}, candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and issue["state"] == "closed" and issue["state_reason"] == "completed"
+    assert gh.statuses == []
+
+
+# -- workflow_dispatch -----------------------------------------------------------------------
+
+
+def test_dispatch_inputs_override_the_action_inputs(ws, gh, capfd):
+    payload = {"inputs": {"candidate": "runs/regressed.json.gz", "fail-on": "never", "github-token": "stolen"}}
+    res = act(ws, gh, capfd, "workflow_dispatch", payload, candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and res["outputs"]["verdict"] == "fail"
+    assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in gh.requests)
