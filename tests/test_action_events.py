@@ -7,8 +7,13 @@ the end, which run the demo checkpoints once per session.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +286,75 @@ def test_dispatch_inputs_override_the_action_inputs(ws, gh, capfd):
     res = act(ws, gh, capfd, "workflow_dispatch", payload, candidate="runs/harmless.json.gz")
     assert res["code"] == 0 and res["outputs"]["verdict"] == "fail"
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in gh.requests)
+
+
+# -- the real gate on the demo checkpoints (lm-eval, ~15 s per run) ----------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+needs_demo = pytest.mark.skipif(
+    not (EXAMPLES / "gatekeeper.yaml").is_file() or importlib.util.find_spec("lm_eval") is None,
+    reason="needs examples/ (demo suite and checkpoints) and lm-eval",
+)
+
+
+@pytest.fixture(scope="module")
+def demo_ws(tmp_path_factory) -> Path:
+    """A workspace holding a copy of examples/ (the baseline file included)."""
+    ws = tmp_path_factory.mktemp("demo") / "ws"
+    shutil.copytree(EXAMPLES, ws / "examples", ignore=shutil.ignore_patterns(".gatekeeper-work", "__pycache__"))
+    return ws
+
+
+def act_subprocess(ws: Path, gh: FakeGitHub, event: str, payload: dict, **inputs: str) -> dict:
+    """``python -m gatekeeper.action`` as the container runs it (torch stays out of pytest)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
+    env.update({
+        "GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": event_file(ws, payload), "GITHUB_SHA": HEAD,
+        "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": gh.url, "GITHUB_SERVER_URL": "https://github.example",
+        "GITHUB_RUN_ID": "43", "GITHUB_WORKSPACE": str(ws), "RUNNER_ENVIRONMENT": "self-hosted",
+        "GITHUB_STEP_SUMMARY": str(ws.parent / "summary.md"), "GITHUB_OUTPUT": str(ws.parent / "output"),
+        "INPUT_GITHUB-TOKEN": TOKEN, "INPUT_SUITE": "examples/gatekeeper.yaml", "GATEKEEPER_HTTP_BACKOFF": "0.01",
+    })
+    env.update({f"INPUT_{k.upper().replace('_', '-')}": v for k, v in inputs.items()})
+    for f in ("summary.md", "output"):
+        (ws.parent / f).unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper.action"], cwd=ws, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return {"code": proc.returncode, "out": proc.stdout, "err": proc.stderr,
+            "summary": (ws.parent / "summary.md").read_text(),
+            "outputs": _parse_outputs((ws.parent / "output").read_text()),
+            "outputs_text": (ws.parent / "output").read_text()}
+
+
+@pytest.mark.lmeval
+@needs_demo
+def test_real_gate_push_with_model_auto_blocks_the_regressed_checkpoint(demo_ws, gh):
+    gh.add_pr(40, HEAD)
+    payload = {"before": BASE, "after": HEAD, "commits": [
+        {"added": ["examples/checkpoints/regressed/model.safetensors"], "modified": [], "removed": []},
+        {"added": [], "modified": ["examples/checkpoints/regressed/config.json", "README.md"], "removed": []},
+    ]}
+    res = act_subprocess(demo_ws, gh, "push", payload, command="gate", model="auto", out="out-regressed")
+    assert res["code"] == 1, res["err"][-2000:]
+    assert res["outputs"]["verdict"] == "fail" and int(res["outputs"]["regressions"]) >= 1
+    assert "demo_capitals_mc" in res["out"] and "demo\\_capitals\\_mc" in res["summary"]
+    assert re.search(r"^::group::gatekeeper: evaluating regressed on suite demo$", res["out"], re.M)
+    (status,) = gh.statuses
+    assert (status["state"], status["context"]) == ("failure", "gatekeeper/demo")
+    (body,) = gh.comment_bodies(40)
+    assert body.startswith("### ❌") and body.endswith(comment.sticky_marker("demo")) and len(body) <= 65_536
+    assert (demo_ws / res["outputs"]["report-json"]).is_file()
+    assert_token_hidden(res)
+
+
+@pytest.mark.lmeval
+@needs_demo
+def test_real_gate_pull_request_passes_the_harmless_checkpoint(demo_ws, gh):
+    res = act_subprocess(demo_ws, gh, "pull_request", pr_event(), command="gate",
+                         model="examples/checkpoints/harmless", out="out-harmless")
+    assert res["code"] == 0, res["err"][-2000:]
+    assert res["outputs"]["verdict"] == "pass"
+    (body,) = gh.comment_bodies(12)
+    assert not body.startswith("### ❌") and comment.sticky_marker("demo") in body
+    assert gh.statuses == []
+    assert_token_hidden(res)
