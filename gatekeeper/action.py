@@ -198,17 +198,19 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
         run_dir = _path(job, inputs["candidate"])
         written = store.promote(run_dir, suite)
         text = f"Promoted {run_dir.name} as the new baseline of suite {suite.name}: {written}"
-        return Evaluation(0, "promoted", f"### ✅ {text}", text, run_dir=run_dir, suite=suite)
+        return Evaluation(0, "promoted", _notice_md(text), text, run_dir=run_dir, suite=suite)
     if command == "compare":
         return _compare(job, inputs, suite)
-    model = events.resolve_model(inputs["model"] or "auto", job.event, job.workspace)
+    if not inputs["model"]:
+        raise GateError(f"input model: required for command {command} (a checkpoint dir, hub id, pointer file, or auto)")
+    model = events.resolve_model(inputs["model"], job.event, job.workspace)
     with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
         if command == "run":
             from gatekeeper import runner
 
             run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log)
             text = f"Evaluated suite {suite.name}; run written to {run_dir}"
-            return Evaluation(0, "ran", f"### ✅ {text}", text, run_dir=run_dir, suite=suite)
+            return Evaluation(0, "ran", _notice_md(text), text, run_dir=run_dir, suite=suite)
         from gatekeeper.gate import run_gate
 
         baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
@@ -217,9 +219,15 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
         )
     if result.outcome is None:
         notice = result.notice or "No baseline yet."
-        return Evaluation(0, "baseline-recorded", f"### ✅ {notice}", notice, report_json=result.report_json,
+        return Evaluation(0, "baseline-recorded", _notice_md(notice), notice, report_json=result.report_json,
                           run_dir=result.run_dir, suite=suite)
     return _from_outcome(job, result.outcome, suite, result.run_dir, result.report_json)
+
+
+def _notice_md(text: str) -> str:
+    from gatekeeper.report import escape_untrusted
+
+    return f"### ✅ {escape_untrusted(text, 1000)}"
 
 
 def _compare(job: Job, inputs: Inputs, suite) -> Evaluation:

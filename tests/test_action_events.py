@@ -349,12 +349,13 @@ def test_real_gate_push_with_model_auto_blocks_the_regressed_checkpoint(demo_ws,
 
 @pytest.mark.lmeval
 @needs_demo
-def test_real_gate_pull_request_passes_the_harmless_checkpoint(demo_ws, gh):
-    res = act_subprocess(demo_ws, gh, "pull_request", pr_event(), command="gate",
-                         model="examples/checkpoints/harmless", out="out-harmless")
+def test_real_gate_nightly_green_promotes_the_harmless_checkpoint(demo_ws, gh):
+    baseline = demo_ws / "examples/.gatekeeper/baselines/demo.json.gz"
+    before = baseline.read_bytes()
+    res = act_subprocess(demo_ws, gh, "schedule", {"schedule": "0 3 * * *"}, command="gate",
+                         model="examples/checkpoints/harmless", out="out-harmless", promote_on_green="true")
     assert res["code"] == 0, res["err"][-2000:]
     assert res["outputs"]["verdict"] == "pass"
-    (body,) = gh.comment_bodies(12)
-    assert not body.startswith("### ❌") and comment.sticky_marker("demo") in body
-    assert gh.statuses == []
+    assert baseline.read_bytes() != before and "Promoted this run as the new baseline" in res["summary"]
+    assert gh.issues == {} and gh.writes() == []  # green and nothing to close
     assert_token_hidden(res)
