@@ -15,6 +15,7 @@ hashes and short snippets are kept. Imports neither torch nor lm-eval.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -425,9 +426,14 @@ def _argmax_loglik(filtered: Any) -> int | None:
     return int(np.argmax(lls))
 
 
-def _read_samples(path: Path, task: str, wanted: _Wanted, snippets: bool) -> dict[str, _FilterData]:
+def _read_samples(
+    path: Path, task: str, wanted: _Wanted, snippets: bool
+) -> tuple[dict[str, _FilterData], str]:
+    """Per-filter items of one samples file, and lm-eval's task hash rebuilt from its lines."""
     out: dict[str, _FilterData] = {}
     seen: set[tuple[int, str]] = set()
+    # lm-eval: task_hashes[task] = sha256("".join(doc_hash + prompt_hash + target_hash per line))
+    task_hash = hashlib.sha256()
     for lineno, line in _iter_lines(path):
         where = f"{path} line {lineno}"
         doc_id, filt = line.get("doc_id"), line.get("filter", "none")
@@ -438,13 +444,14 @@ def _read_samples(path: Path, task: str, wanted: _Wanted, snippets: bool) -> dic
         if (doc_id, filt) in seen:
             raise GateError(f"{where}: duplicate doc_id {doc_id} (filter {filt})")
         seen.add((doc_id, filt))
+        hashes = tuple(line.get(k) for k in ("doc_hash", "prompt_hash", "target_hash"))
+        if not all(isinstance(h, str) and h for h in hashes):
+            raise GateError(f"{where}: doc_hash, prompt_hash and target_hash must be non-empty strings")
+        task_hash.update("".join(hashes).encode("utf-8"))  # type: ignore[arg-type]
         metrics = wanted.metrics.get(filt)
         if metrics is None:
             continue  # a filter with no reported metric (nothing to gate on)
         data = out.setdefault(filt, _FilterData(values={m: [] for m in metrics}))
-        hashes = tuple(line.get(k) for k in ("doc_hash", "prompt_hash", "target_hash"))
-        if not all(isinstance(h, str) and h for h in hashes):
-            raise GateError(f"{where}: doc_hash, prompt_hash and target_hash must be non-empty strings")
         data.doc_ids.append(doc_id)
         data.hashes.append(hashes)  # type: ignore[arg-type]
         for metric in metrics:
@@ -461,7 +468,7 @@ def _read_samples(path: Path, task: str, wanted: _Wanted, snippets: bool) -> dic
             data.clusters.append(str(doc[wanted.cluster_field]))
         if snippets:
             data.snippets[doc_id] = _snippet(line, wanted.multiple_choice)
-    return out
+    return out, task_hash.hexdigest()
 
 
 # ---------------------------------------------------------------- assembling RunResults
@@ -503,7 +510,7 @@ def _task_series(
     if not path.is_file():
         raise GateError(f"{path}: samples file missing for task {task} (was lm-eval run with --log_samples?)")
     wanted = _Wanted(per_filter, kinds, cluster_field, config.get("output_type") == "multiple_choice")
-    by_filter = _read_samples(path, task, wanted, snippets)
+    by_filter, task_hash = _read_samples(path, task, wanted, snippets)
     effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
 
     series: dict[SeriesKey, MetricSeries] = {}
@@ -556,6 +563,13 @@ def _task_series(
             )
         if snippets:
             snips[(task, filt)] = fd.snippets
+    # After the per-filter checks, whose messages say more about a cut or mixed-up file.
+    recorded = (data.get("task_hashes") or {}).get(task)
+    if isinstance(recorded, str) and recorded and recorded != task_hash:
+        raise GateError(
+            f"{path}: item hashes do not match task_hashes[{task}] in results.json "
+            "(samples file edited or from another run?)"
+        )
     return series, snips
 
 
