@@ -49,7 +49,7 @@ def _check_writable(*paths: str | None) -> None:
         probe = parent
         while not probe.exists():
             probe = probe.parent
-        if not os.access(probe, os.W_OK):
+        if not probe.is_dir() or not os.access(probe, os.W_OK):
             raise GateError(f"{p}: cannot write report (directory {probe} is not writable)")
 
 
