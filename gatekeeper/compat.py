@@ -73,10 +73,11 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
         ("batch size", b.batch_size, c.batch_size),
         ("device", b.device, c.device),
         ("transformers version", b.transformers_version, c.transformers_version),
-        ("date", _date(b.date), _date(c.date)),
     ):
         if _differs(bv, cv):
             context.append(f"{label}: {_fmt(bv)} in baseline, {_fmt(cv)} in candidate")
+    if _differs(b.date, c.date):
+        context.append(f"date: {_fmt(_date(b.date))} in baseline, {_fmt(_date(c.date))} in candidate")
     context += _manifest(b.manifest, c.manifest)
     return [Difference("error", m) for m in errors] + [Difference("context", m) for m in context]
 
@@ -96,7 +97,7 @@ def pair_series(
     only_c = np.setdiff1d(c_ids, b_ids)
     if only_b.size or only_c.size:
         raise GateError(
-            f"{where}: doc_ids differ: {_count_eg(only_b)} only in baseline, {_count_eg(only_c)} only in candidate"
+            f"{where}: doc_ids differ: {_count_eg(only_b, 'baseline')}, {_count_eg(only_c, 'candidate')}"
         )
     if len(np.unique(b_ids)) != b_ids.size or len(np.unique(c_ids)) != c_ids.size:
         raise GateError(f"{where}: duplicate doc_ids")
@@ -283,7 +284,7 @@ def _as_int(v: Any) -> int:
 def _date(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _fmt(value: Any, limit: int = 60) -> str:
@@ -307,11 +308,11 @@ def _names(items: list[str], limit: int = 8) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _count_eg(ids: np.ndarray) -> str:
+def _count_eg(ids: np.ndarray, side: str) -> str:
     if not ids.size:
-        return "0"
+        return f"0 only in {side}"
     eg = ", ".join(str(int(i)) for i in ids[:3])
-    return f"{ids.size} (e.g. {eg})"
+    return f"{ids.size} only in {side} (e.g. {eg})"
 
 
 def _check_hashes(b: np.ndarray, c: np.ndarray, doc_ids: np.ndarray, where: str) -> None:
