@@ -1,0 +1,135 @@
+"""Simulation checks of the claims users rely on (fixed seeds).
+
+1. Harmless changes (items move both ways with equal probability) trip the suite - any of
+   5 comparisons rejected after Holm at alpha 0.05 - at most alpha of the time, for McNemar on
+   right/wrong items, the sign-flip test on continuous scores and the ratio (perplexity) test.
+2. A real 3-point drop on 1,000 right/wrong items (10% of items change) is caught >= 85%.
+3. With clustered items, the naive test over-rejects and the cluster test does not.
+
+Tolerances are Monte Carlo allowances: 2.5 standard errors of the simulated rate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gatekeeper.stats import adjust_pvalues, paired_test
+
+ALPHA = 0.05
+N_COMPARISONS = 5
+
+
+def _allowance(rate: float, n_sims: int) -> float:
+    return 2.5 * math.sqrt(rate * (1 - rate) / n_sims)
+
+
+def _suite_false_alarm_rate(p_worse: np.ndarray) -> float:
+    """p_worse: (n_suites, n_comparisons). Share of suites with any Holm-adjusted p < alpha."""
+    tripped = [bool((adjust_pvalues(row, "holm") < ALPHA).any()) for row in p_worse]
+    return float(np.mean(tripped))
+
+
+def _paired_binary(rng: np.random.Generator, n: int, p_break: np.ndarray | float,
+                   p_fix: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """Right/wrong pairs: each item is discordant right->wrong with prob p_break, wrong->right
+    with prob p_fix, else concordant (both right w.p. 0.6 of the rest). Harmless when equal."""
+    u = rng.random(n)
+    breaks = u < p_break
+    fixes = (u >= p_break) & (u < p_break + p_fix)
+    both_right = ~breaks & ~fixes & (rng.random(n) < 0.6)
+    base = (breaks | both_right).astype(float)
+    cand = (fixes | both_right).astype(float)
+    return base, cand
+
+
+def test_mcnemar_suite_false_alarm_rate_at_most_alpha():
+    rng = np.random.default_rng(2024)
+    n_suites = 1000
+    p = np.empty((n_suites, N_COMPARISONS))
+    for s in range(n_suites):
+        for j in range(N_COMPARISONS):
+            base, cand = _paired_binary(rng, 300, 0.075, 0.075)
+            p[s, j] = paired_test("mean", "mean", base, cand, higher_is_better=True).p_worse
+    rate = _suite_false_alarm_rate(p)
+    print(f"suite false-alarm rate {rate:.3f}, per comparison {np.mean(p < ALPHA):.3f}")
+    assert rate <= ALPHA + _allowance(ALPHA, n_suites)
+    # and each single comparison at its own level
+    assert np.mean(p < ALPHA) <= ALPHA + _allowance(ALPHA, p.size)
+
+
+def test_sign_flip_suite_false_alarm_rate_at_most_alpha():
+    rng = np.random.default_rng(7)
+    n_suites = 400
+    p = np.empty((n_suites, N_COMPARISONS))
+    for s in range(n_suites):
+        for j in range(N_COMPARISONS):
+            base = rng.beta(2, 3, 60)  # continuous scores (e.g. F1)
+            if j < 3:  # a harmless, symmetric change; heavy-tailed for some comparisons
+                cand = base + (rng.laplace(0, 0.1, 60) if j % 2 else rng.normal(0, 0.1, 60))
+            else:  # partial-credit scores in steps of 1/2: many ties (the binomial sampler)
+                base = rng.integers(0, 3, 60) / 2
+                cand = base + rng.choice([-0.5, 0.0, 0.5], 60)
+            p[s, j] = paired_test("mean", "mean", base, cand, higher_is_better=True,
+                                  n_resamples=400, seed=s * 10 + j).p_worse
+    rate = _suite_false_alarm_rate(p)
+    print(f"suite false-alarm rate {rate:.3f}, per comparison {np.mean(p < ALPHA):.3f}")
+    assert rate <= ALPHA + _allowance(ALPHA, n_suites)
+    assert np.mean(p < ALPHA) <= ALPHA + _allowance(ALPHA, p.size)
+
+
+def test_ratio_suite_false_alarm_rate_at_most_alpha():
+    rng = np.random.default_rng(11)
+    n_suites = 400
+    p = np.empty((n_suites, N_COMPARISONS))
+    for s in range(n_suites):
+        for j in range(N_COMPARISONS):
+            count = rng.integers(20, 400, 80).astype(float)
+            true_ll = -count * rng.gamma(20, 0.05, 80)  # ~1 nat per word, varying by document
+            # two runs = two exchangeable noisy measurements of the same documents
+            base = np.column_stack([true_ll + rng.normal(0, 2, 80) * np.sqrt(count), count])
+            cand = np.column_stack([true_ll + rng.normal(0, 2, 80) * np.sqrt(count), count])
+            p[s, j] = paired_test("ratio", "weighted_perplexity", base, cand, higher_is_better=False,
+                                  n_resamples=400, seed=s * 10 + j).p_worse
+    rate = _suite_false_alarm_rate(p)
+    print(f"suite false-alarm rate {rate:.3f}, per comparison {np.mean(p < ALPHA):.3f}")
+    assert rate <= ALPHA + _allowance(ALPHA, n_suites)
+    assert np.mean(p < ALPHA) <= ALPHA + _allowance(ALPHA, p.size)
+
+
+def test_power_three_point_drop_on_1000_items():
+    """10% of items change (discordant pairs ~ 10% of items), net 3 points worse:
+    6.5% go right -> wrong, 3.5% wrong -> right."""
+    rng = np.random.default_rng(99)
+    n_sims, n = 600, 1000
+    caught = 0
+    for _ in range(n_sims):
+        base, cand = _paired_binary(rng, n, 0.065, 0.035)
+        r = paired_test("mean", "mean", base, cand, higher_is_better=True)
+        caught += r.p_worse < ALPHA
+    print(f"power {caught / n_sims:.3f}")
+    assert caught / n_sims >= 0.85
+
+
+def _clustered_harmless(rng: np.random.Generator, n_clusters: int, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items share a passage: a harmless change (zero mean) moves whole clusters together."""
+    labels = np.repeat(np.arange(n_clusters), size)
+    lean = rng.uniform(0.05, 0.95, n_clusters)[labels]  # cluster-level direction, symmetric
+    base, cand = _paired_binary(rng, labels.size, 0.2 * (1 - lean), 0.2 * lean)
+    return base, cand, labels
+
+
+def test_cluster_test_holds_level_where_naive_test_does_not():
+    rng = np.random.default_rng(5)
+    n_sims = 400
+    naive = cluster = 0
+    for s in range(n_sims):
+        base, cand, labels = _clustered_harmless(rng, 30, 25)
+        naive += paired_test("mean", "mean", base, cand, higher_is_better=True).p_worse < ALPHA
+        cluster += paired_test("mean", "mean", base, cand, higher_is_better=True, clusters=labels,
+                               n_resamples=400, seed=s).p_worse < ALPHA
+    naive_rate, cluster_rate = naive / n_sims, cluster / n_sims
+    print(f"clustered harmless change: naive {naive_rate:.3f}, cluster {cluster_rate:.3f}")
+    assert naive_rate > 2 * ALPHA  # the demonstration: ignoring clusters over-rejects
+    assert cluster_rate <= ALPHA + _allowance(ALPHA, n_sims)
