@@ -124,8 +124,9 @@ def permutation_test(units: Units, higher_is_better: bool, n_resamples: int,
         worse, better = _tail_counts(t_star, t_obs, _tolerance(t_star, level), higher_is_better)
         return PermutationResult(worse / t_star.size, better / t_star.size, True, 0)
 
-    uniq, counts = np.unique(dm, axis=0, return_counts=True)
-    if uniq.shape[0] * 4 <= mp:
+    few = _few_distinct_rows(dm, mp // 4)
+    if few is not None:
+        uniq, counts = few
         # Few distinct differences (e.g. -1/0/+1 per item): only how many units of each kind
         # get swapped matters, and that count is Binomial(n_k, 1/2), exactly.
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
@@ -136,7 +137,8 @@ def permutation_test(units: Units, higher_is_better: bool, n_resamples: int,
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
             return stat(draw_shift(size, rng))
 
-    t_star = _map_chunks(draw, _chunks(n_resamples, mp), seed_seq, mp)
+    width = (mp + 7) // 8  # random bytes per permutation
+    t_star = _map_chunks(draw, _chunks(n_resamples, width), seed_seq, mp)
     worse, better = _tail_counts(t_star, t_obs, _tolerance(t_star, level), higher_is_better)
     b = t_star.size
     return PermutationResult((1 + worse) / (b + 1), (1 + better) / (b + 1), False, b)
@@ -161,11 +163,12 @@ def _swap_sums(dm: np.ndarray) -> Callable[[int, np.random.Generator], np.ndarra
     byte_bits = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.float64)  # (256, 8)
     # table[c] is (n_groups * 256,): entry g*256 + v = sum of the rows of group g that v swaps
     table = [np.ascontiguousarray((padded[:, c].reshape(n_groups, 8) @ byte_bits.T).ravel()) for c in range(kc)]
-    offsets = np.arange(n_groups, dtype=np.intp) * 256
+    offsets = (np.arange(n_groups, dtype=np.intp) * 256)[:, None]
 
     def by_table(size: int, rng: np.random.Generator) -> np.ndarray:
-        flat = rng.integers(0, 256, size=(size, n_groups), dtype=np.uint8) + offsets
-        return np.column_stack([np.take(t, flat).sum(axis=1) for t in table])
+        # group-major (n_groups, size): consecutive lookups hit the same 2 KiB of the table
+        flat = rng.integers(0, 256, size=(n_groups, size), dtype=np.uint8) + offsets
+        return np.column_stack([np.take(t, flat).sum(axis=0) for t in table])
     return by_table
 
 
@@ -206,15 +209,9 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
             return units.score(sums[:, k:]) - units.score(sums[:, :k])
 
     gather, rebuild = _plan_columns(x, m)
-    if gather.shape[1] == 0:  # nothing varies between units: every resample is the same
-
-        def draw(size: int, rng: np.random.Generator) -> np.ndarray:
-            return finish(rebuild(np.zeros((size, 0)), size))
-
-        uniq = None
-    else:
-        uniq, row_counts = np.unique(gather, axis=0, return_counts=True)
-    if uniq is not None and m > 64 and uniq.shape[0] * 8 <= m:
+    few = _few_distinct_rows(gather, m // 8) if gather.shape[1] and m > 64 else None
+    if few is not None:
+        uniq, row_counts = few
         # Few distinct rows: the resample is fully described by how often each distinct row
         # is drawn, which is Multinomial(m, share of each row) - exact, and cheap.
         shares = row_counts / m
@@ -222,7 +219,7 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
             w = rng.multinomial(m, shares, size=size).astype(np.float64)
             return finish(rebuild(w @ uniq, size))
-    elif uniq is not None:
+    elif gather.shape[1]:
         packed = _pack_pairs(gather)
         n_cols = gather.shape[1]
 
@@ -236,13 +233,28 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
                 else:
                     sums[:, 2 * j] = total
             return finish(rebuild(sums, size))
+    else:  # nothing varies between units: every resample is the same
+
+        def draw(size: int, rng: np.random.Generator) -> np.ndarray:
+            return finish(rebuild(np.zeros((size, 0)), size))
 
     t_star = _map_chunks(draw, _chunks(n_resamples, m), seed_seq, m * max(1, gather.shape[1]))
     finite = t_star[np.isfinite(t_star)]
+    if finite.size == 0:
+        raise ValueError("every bootstrap resample gave an undefined aggregate (e.g. zero counts)")
     alpha = 1 - confidence
     lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
     se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
     return BootstrapResult(float(lo), float(hi), se, int(t_star.size))
+
+
+def _few_distinct_rows(x: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(distinct rows, their counts) when there are at most ``limit`` of them, else None.
+    Checks the first column alone first: sorting rows (axis=0) is much slower."""
+    if np.unique(x[:, 0]).size > limit:
+        return None
+    uniq, counts = np.unique(x, axis=0, return_counts=True)
+    return (uniq, counts) if uniq.shape[0] <= limit else None
 
 
 def _pack_pairs(x: np.ndarray) -> list[np.ndarray]:
