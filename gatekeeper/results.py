@@ -423,7 +423,7 @@ def _argmax_loglik(filtered: Any) -> int | None:
         lls = [float(r[0] if isinstance(r, list) else r) for r in filtered]
     except (TypeError, ValueError, IndexError):
         return None
-    return int(np.argmax(lls))
+    return max(range(len(lls)), key=lls.__getitem__)  # first maximum, like np.argmax
 
 
 def _read_samples(
@@ -434,8 +434,9 @@ def _read_samples(
     seen: set[tuple[int, str]] = set()
     # lm-eval: task_hashes[task] = sha256("".join(doc_hash + prompt_hash + target_hash per line))
     task_hash = hashlib.sha256()
+    spath = str(path)
     for lineno, line in _iter_lines(path):
-        where = f"{path} line {lineno}"
+        where = f"{spath} line {lineno}"
         doc_id, filt = line.get("doc_id"), line.get("filter", "none")
         if not isinstance(doc_id, int) or isinstance(doc_id, bool):
             raise GateError(f"{where}: doc_id is {_short(doc_id)}, not an integer")
@@ -451,7 +452,9 @@ def _read_samples(
         metrics = wanted.metrics.get(filt)
         if metrics is None:
             continue  # a filter with no reported metric (nothing to gate on)
-        data = out.setdefault(filt, _FilterData(values={m: [] for m in metrics}))
+        data = out.get(filt)
+        if data is None:
+            data = out[filt] = _FilterData(values={m: [] for m in metrics})
         data.doc_ids.append(doc_id)
         data.hashes.append(hashes)  # type: ignore[arg-type]
         for metric in metrics:
