@@ -239,9 +239,42 @@ def test_shared_cli_example_without_samples_names_the_missing_file(tmp_path):
         pytest.skip("shared lm-eval examples not present")
     dst = tmp_path / "results_2026-11-30T01-57-33.954527.json"
     shutil.copy(src, dst)
-    with pytest.raises(GateError, match=r"samples_arith_gen_2026-11-30T01-57-33\.954527\.jsonl: samples file missing"):
+    with pytest.raises(
+        GateError, match=r"samples_arith_gen_2026-11-30T01-57-33\.954527\.jsonl: samples file missing"
+    ):
         results.load_run(tmp_path)
     data = json.loads(src.read_text())
     prov = results._provenance(dst, data, {})  # the CLI writes model_args as a dict
     assert prov.model_name == "./tiny-good" and prov.model_dtype == "torch.float32"
     assert prov.configs["arith_mc"]["metadata"] == {"version": 1.0}
+
+
+def test_list_values_of_a_mean_metric_are_averaged(good_copy):
+    from tests.lmeval_fixtures import edit_results, edit_samples
+
+    def as_lists(lines):
+        out = []
+        for line in lines:
+            obj = json.loads(line)
+            obj["acc"] = [obj["acc"], 1.0]  # e.g. several scored repeats logged for one doc
+            out.append(json.dumps(obj))
+        return out
+
+    edit_samples(good_copy, "arith_mc", as_lists)
+    raw = json.loads(results_path(good_copy).read_text())
+    mean = (raw["results"]["arith_mc"]["acc,none"] + 1.0) / 2
+    edit_results(good_copy, lambda d: d["results"]["arith_mc"].update({"acc,none": mean}))
+    s = results.load_run(good_copy).series[SeriesKey("arith_mc", "none", "acc")]
+    assert set(np.unique(s.values)) <= {0.5, 1.0} and s.values.mean() == pytest.approx(mean)
+
+
+def test_an_aggregation_gatekeeper_cannot_test_is_skipped_with_a_note(good_copy):
+    from tests.lmeval_fixtures import edit_results
+
+    edit_results(good_copy, lambda d: d["configs"]["arith_mc"]["metric_list"][1].update(aggregation="median"))
+    run = results.load_run(good_copy)
+    assert SeriesKey("arith_mc", "none", "acc_norm") not in run.series
+    assert SeriesKey("arith_mc", "none", "acc") in run.series
+    assert run.notes == [
+        "arith_mc: acc_norm,none uses aggregation 'median', which gatekeeper cannot test; skipped"
+    ]
