@@ -13,18 +13,16 @@ ENV PYTHONUNBUFFERED=1 \
     TQDM_MININTERVAL=30 \
     HF_HUB_DISABLE_TELEMETRY=1
 
-# The heavy, pinned evaluation stack first: editing gatekeeper's source must not reinstall it.
+# The heavy, pinned evaluation stack first, in a layer that depends on nothing but this line:
+# editing gatekeeper's source or pyproject.toml must not reinstall torch and lm-eval.
 # PyPI's Linux torch wheel bundles the CUDA runtime, so the runner host only needs the driver.
-# gatekeeper's own runtime dependencies are read from pyproject.toml (one source of truth).
-COPY pyproject.toml /tmp/gatekeeper-src/pyproject.toml
-RUN python -c "import tomllib; deps = tomllib.load(open('/tmp/gatekeeper-src/pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write(chr(10).join(deps))" \
- && pip install --no-cache-dir "torch==2.13.0" "lm-eval[hf]==0.4.13" -r /tmp/requirements.txt \
- && rm -f /tmp/requirements.txt
+RUN pip install --no-cache-dir "torch==2.13.0" "lm-eval[hf]==0.4.13"
 
-COPY README.md /tmp/gatekeeper-src/README.md
+COPY pyproject.toml README.md /tmp/gatekeeper-src/
 COPY gatekeeper /tmp/gatekeeper-src/gatekeeper
-RUN pip install --no-cache-dir --no-deps /tmp/gatekeeper-src \
+RUN pip install --no-cache-dir /tmp/gatekeeper-src \
  && rm -rf /tmp/gatekeeper-src \
+ && pip check \
  && python -c "import gatekeeper.action"
 
 ENTRYPOINT ["python", "-m", "gatekeeper.action"]
