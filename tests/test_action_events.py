@@ -288,7 +288,9 @@ def test_dispatch_inputs_override_the_action_inputs(ws, gh, capfd):
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in gh.requests)
 
 
-# -- the real gate on the demo checkpoints (lm-eval, ~15 s per run) ----------------------------
+# -- the real gate on a demo checkpoint (lm-eval in a subprocess, ~25 s on 2 cores) -----------
+# One real run only, to keep this module near a minute; the other paths share publish code with
+# the compare-based tests above.
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 needs_demo = pytest.mark.skipif(
@@ -344,18 +346,4 @@ def test_real_gate_push_with_model_auto_blocks_the_regressed_checkpoint(demo_ws,
     (body,) = gh.comment_bodies(40)
     assert body.startswith("### ❌") and body.endswith(comment.sticky_marker("demo")) and len(body) <= 65_536
     assert (demo_ws / res["outputs"]["report-json"]).is_file()
-    assert_token_hidden(res)
-
-
-@pytest.mark.lmeval
-@needs_demo
-def test_real_gate_nightly_green_promotes_the_harmless_checkpoint(demo_ws, gh):
-    baseline = demo_ws / "examples/.gatekeeper/baselines/demo.json.gz"
-    before = baseline.read_bytes()
-    res = act_subprocess(demo_ws, gh, "schedule", {"schedule": "0 3 * * *"}, command="gate",
-                         model="examples/checkpoints/harmless", out="out-harmless", promote_on_green="true")
-    assert res["code"] == 0, res["err"][-2000:]
-    assert res["outputs"]["verdict"] == "pass"
-    assert baseline.read_bytes() != before and "Promoted this run as the new baseline" in res["summary"]
-    assert gh.issues == {} and gh.writes() == []  # green and nothing to close
     assert_token_hidden(res)
