@@ -361,7 +361,12 @@ def _node_at(root: yaml.Node | None, where: tuple) -> tuple[yaml.Node | None, ya
 
 
 def _key_eq(node: yaml.ScalarNode, part: Any) -> bool:
-    return node.value == str(part) or yaml.safe_load(node.value) == part
+    if node.value == str(part):
+        return True
+    try:  # a non-string key (1, true) as YAML resolved it
+        return yaml.safe_load(node.value) == part
+    except yaml.YAMLError:
+        return False
 
 
 def _line(root: yaml.Node | None, where: tuple, key_line: bool = False) -> int:
