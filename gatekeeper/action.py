@@ -167,8 +167,8 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
 
     ctx = _report_ctx(job, suite.name if suite else outcome.suite)
     regressions = [
-        f"{c.key}: {report._num(c.test.baseline)} → {report._num(c.test.candidate)} "
-        f"(Δ {c.test.delta:+.4g}, margin {c.margin:g}, adjusted p {report._p(c.p_adjusted)})"
+        f"{c.key}: {report.fmt_num(c.test.baseline)} → {report.fmt_num(c.test.candidate)} "
+        f"(Δ {c.test.delta:+.4g}, margin {c.margin:g}, adjusted p {report.fmt_p(c.p_adjusted)})"
         for c in outcome.regressions
     ]
     return Evaluation(
@@ -189,7 +189,9 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
 
     suite = load_suite(_path(job, inputs["suite"]))
     command = inputs["command"]
-    out = _path(job, inputs["out"] or DEFAULTS["out"])
+    # One fresh folder per run: a self-hosted runner reuses its workspace, and the runner
+    # refuses to write over an earlier run's files.
+    out = _path(job, inputs["out"] or DEFAULTS["out"]) / _run_folder(job)
     if command == "promote":
         from gatekeeper import store
 
@@ -222,6 +224,15 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
         return Evaluation(0, "baseline-recorded", _notice_md(notice), notice, report_json=result.report_json,
                           run_dir=result.run_dir, suite=suite)
     return _from_outcome(job, result.outcome, suite, result.run_dir, result.report_json)
+
+
+def _run_folder(job: Job) -> str:
+    import time
+
+    run_id = job.env.get("GITHUB_RUN_ID")
+    attempt = job.env.get("GITHUB_RUN_ATTEMPT", "1")
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"run-{run_id}-{attempt}-{stamp}" if run_id else f"run-{stamp}-{os.getpid()}"
 
 
 def _notice_md(text: str) -> str:

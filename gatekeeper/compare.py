@@ -71,6 +71,23 @@ def load_any(path: str | Path, *, cluster_keys: dict[str, str] | None = None) ->
     return results.load_run(path, cluster_keys=cluster_keys)
 
 
+def attach_snippets(outcome: Outcome, per_metric: int = 5) -> None:
+    """Read prompt/output snippets for the few right-to-wrong items the report shows.
+
+    Done after the statistics, and only for those items, because reading every item's text
+    would double the cost of loading a large run.
+    """
+    from gatekeeper import results
+
+    wanted: dict[tuple[str, str], set[int]] = {}
+    for c in outcome.comparisons:
+        if c.gated and c.right_to_wrong and c.verdict in ("regressed", "inconclusive"):
+            wanted.setdefault((c.key.task, c.key.filter), set()).update(c.right_to_wrong[:per_metric])
+    if wanted:
+        for run in (outcome.baseline, outcome.candidate):
+            results.attach_snippets(run, wanted)
+
+
 def _parents(run: RunResults, task: str) -> tuple[str, ...]:
     return tuple(sorted(g for g, subs in run.group_subtasks.items() if task in subs))
 
@@ -114,26 +131,30 @@ def compare_runs(
     pending = []
     for key in sorted(baseline.series, key=str):
         b_series, c_series = baseline.series[key], candidate.series[key]
-        base, cand, clusters = pair_series(b_series, c_series, where=str(key))
+        base, cand, clusters = pair_series(b_series, c_series, where=f"task {key.task} ({key.metric},{key.filter})")
         margin, gated = policy.lookup(key, _parents(candidate, key.task))
-        test = stats.paired_test(
-            b_series.kind,
-            b_series.aggregation,
-            base,
-            cand,
-            higher_is_better=b_series.higher_is_better,
-            clusters=clusters,
-            confidence=1 - policy.alpha,
-            n_resamples=policy.resamples,
-            seed=seed,
-        )
+        try:
+            test = stats.paired_test(
+                b_series.kind,
+                b_series.aggregation,
+                base,
+                cand,
+                higher_is_better=b_series.higher_is_better,
+                clusters=clusters,
+                confidence=1 - policy.alpha,
+                n_resamples=policy.resamples,
+                seed=seed,
+            )
+        except ValueError as exc:  # NaN, empty, bad clusters: the input is wrong, not the gate
+            src = f"{baseline.provenance.source} vs {candidate.provenance.source}"
+            raise GateError(f"{src}: {key}: {exc}") from None
         warnings.extend(f"{key}: {w}" for w in test.warnings)
         r2w = _right_to_wrong(base, cand, b_series.doc_ids, b_series.higher_is_better)
         pending.append((key, gated, margin, b_series.higher_is_better, test, r2w))
 
     gated_idx = [i for i, p in enumerate(pending) if p[1]]
     p_adj = stats.adjust_pvalues(np.array([pending[i][4].p_worse for i in gated_idx]), policy.correction)
-    adjusted = dict(zip(gated_idx, p_adj.tolist()))
+    adjusted = dict(zip(gated_idx, p_adj.tolist(), strict=True))
     # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
     per_alpha = policy.alpha / max(1, len(gated_idx)) if policy.correction != "none" else policy.alpha
 

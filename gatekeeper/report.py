@@ -52,7 +52,7 @@ def escape_untrusted(text: str, limit: int = 200) -> str:
 # ---------------------------------------------------------------------------- numbers
 
 
-def _num(x: float | None, digits: int = 4) -> str:
+def fmt_num(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     if x == 0:
@@ -63,11 +63,11 @@ def _num(x: float | None, digits: int = 4) -> str:
 
 
 def _signed(x: float) -> str:
-    s = _num(x)
+    s = fmt_num(x)
     return s if s.startswith("-") or s in ("0", "–") else "+" + s
 
 
-def _p(x: float | None) -> str:
+def fmt_p(x: float | None) -> str:
     if x is None:
         return "–"
     return "<1e-4" if x < 1e-4 else f"{x:.4f}"
@@ -192,11 +192,11 @@ def _row(c: Comparison) -> str:
     metric = escape_untrusted(c.key.metric if c.key.filter == "none" else f"{c.key.metric} ({c.key.filter})", 80)
     ci = f"{_signed(t.delta)} [{_signed(t.ci_low)}, {_signed(t.ci_high)}]"
     arrow = "↑" if c.higher_is_better else "↓"
-    p = _p(c.p_adjusted if c.gated else t.p_worse)
+    p = fmt_p(c.p_adjusted if c.gated else t.p_worse)
     verdict = f"{_ICON.get(c.verdict, '')} {c.verdict}"
     return (
-        f"| {name} | {metric} {arrow} | {_num(t.baseline)} | {_num(t.candidate)} | {ci} | {p} | "
-        f"{_num(c.margin)} | {_num(c.mde)} | {verdict} |"
+        f"| {name} | {metric} {arrow} | {fmt_num(t.baseline)} | {fmt_num(t.candidate)} | {ci} | {p} | "
+        f"{fmt_num(c.margin)} | {fmt_num(c.mde)} | {verdict} |"
     )
 
 
@@ -247,7 +247,7 @@ def _groups_section(outcome: Outcome) -> str | None:
         base = outcome.baseline.groups.get(g, {})
         for k, v in sorted(vals.items()):
             b = base.get(k)
-            rows.append(f"| {escape_untrusted(g, 80)} | {escape_untrusted(k, 60)} | {_num(b)} | {_num(v)} |")
+            rows.append(f"| {escape_untrusted(g, 80)} | {escape_untrusted(k, 60)} | {fmt_num(b)} | {fmt_num(v)} |")
     if not rows:
         return None
     head = "| group | metric,filter | baseline | candidate |\n|---|---|---:|---:|"
@@ -342,10 +342,10 @@ def render_terminal(outcome: Outcome) -> str:
             (
                 c.key.task,
                 metric + ("" if c.gated else " (info)"),
-                _num(t.baseline),
-                _num(t.candidate),
+                fmt_num(t.baseline),
+                fmt_num(t.candidate),
                 f"{_signed(t.delta)} [{_signed(t.ci_low)}, {_signed(t.ci_high)}]",
-                _p(c.p_adjusted) if c.gated else "–",
+                fmt_p(c.p_adjusted) if c.gated else "–",
                 c.verdict.upper() if c.verdict == "regressed" and c.gated else c.verdict,
             )
         )

@@ -1,0 +1,186 @@
+"""How fast is `gatekeeper compare` on a large suite, against lm-eval's own bootstrap?
+
+Builds a synthetic 60-task suite in lm-eval 0.4.13's on-disk format (results_*.json +
+samples_*.jsonl, hashes and task_hashes consistent, aggregates exact): 100,000 items in total,
+10% of them in ratio-of-sums metrics (loglikelihood_rolling: word/byte perplexity, bits per
+byte), the rest right/wrong (acc). Then, in the same run:
+
+  A. `gatekeeper compare BASE CAND --resamples 10000` as a subprocess (the whole command:
+     interpreter start, reading both runs, statistics, reports);
+  B. lm-eval's `bootstrap_stderr` with the same number of resamples on the same data (one call
+     per task and metric on the candidate run: lm-eval's own per-run stderr, not even paired).
+
+Prints both walls and the ratio B/A. Goal on 2 cores: A < 5 s and B/A >= 20.
+Usage: python benchmarks/compare_speed.py [--resamples 10000] [--lmeval-iters N] [--keep DIR]
+`--lmeval-iters` runs lm-eval with fewer resamples and extrapolates linearly (it says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+N_TASKS, N_ITEMS, RATIO_SHARE = 60, 100_000, 0.10
+TS = "2026-01-01T00-00-00.000000"
+RATIO_METRICS = {"word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
+                 "bits_per_byte": "bits_per_byte"}
+
+
+def _sha(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+def _layout() -> list[tuple[str, str, int]]:
+    """(task, kind, n_items): 6 ratio tasks holding 10% of the items, 54 acc tasks the rest."""
+    n_ratio_tasks = round(N_TASKS * RATIO_SHARE)
+    ratio_items = int(N_ITEMS * RATIO_SHARE)
+    out = [(f"ppl_{i:02d}", "ratio", ratio_items // n_ratio_tasks) for i in range(n_ratio_tasks)]
+    n_mc = N_TASKS - n_ratio_tasks
+    per = (N_ITEMS - ratio_items) // n_mc
+    out += [(f"mc_{i:02d}", "mean", per) for i in range(n_mc)]
+    return out
+
+
+def _write_run(root: Path, name: str, data: dict[str, dict[str, np.ndarray]]) -> Path:
+    model_dir = root / name / "bench__model"
+    model_dir.mkdir(parents=True)
+    results, configs, versions, nshot, hib, nsamp, task_hashes = {}, {}, {}, {}, {}, {}, {}
+    for task, cols in data.items():
+        n = len(cols["ids"])
+        kind = "ratio" if "ll" in cols else "mean"
+        lines, joined = [], []
+        entry = {"alias": task, "name": task, "sample_len": n}
+        for i in range(n):
+            doc = {"q": f"{task} item {i}"}
+            dh = _sha(json.dumps(doc, indent=2, ensure_ascii=False))
+            ph, th = _sha(f"prompt {task} {i}"), _sha(f"target {task} {i}")
+            joined.append(dh + ph + th)
+            line = {"doc_id": i, "doc": doc, "target": "0", "arguments": {}, "resps": [], "filtered_resps": [],
+                    "filter": "none", "doc_hash": dh, "prompt_hash": ph, "target_hash": th}
+            if kind == "mean":
+                line.update(metrics=["acc"], acc=float(cols["acc"][i]))
+            else:
+                ll, w, b = float(cols["ll"][i]), int(cols["words"][i]), int(cols["bytes"][i])
+                line.update(metrics=list(RATIO_METRICS), word_perplexity=[ll, w], byte_perplexity=[ll, b],
+                            bits_per_byte=[ll, b])
+            lines.append(json.dumps(line))
+        (model_dir / f"samples_{task}_{TS}.jsonl").write_text("\n".join(lines) + "\n")
+        task_hashes[task] = _sha("".join(joined))
+        if kind == "mean":
+            entry["acc,none"] = float(np.mean(cols["acc"]))
+            entry["acc_stderr,none"] = 0.0
+            metric_list = [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}]
+            hib[task] = {"acc": True}
+            output_type = "multiple_choice"
+        else:
+            ll_sum = float(np.sum(cols["ll"]))
+            entry["word_perplexity,none"] = math.exp(-ll_sum / float(np.sum(cols["words"])))
+            entry["byte_perplexity,none"] = math.exp(-ll_sum / float(np.sum(cols["bytes"])))
+            entry["bits_per_byte,none"] = -ll_sum / float(np.sum(cols["bytes"])) / math.log(2)
+            metric_list = [{"metric": m, "aggregation": a, "higher_is_better": False} for m, a in RATIO_METRICS.items()]
+            hib[task] = dict.fromkeys(RATIO_METRICS, False)
+            output_type = "loglikelihood_rolling"
+        results[task] = entry
+        configs[task] = {"task": task, "output_type": output_type, "num_fewshot": 0, "metric_list": metric_list,
+                         "metadata": {"version": 1.0}}
+        versions[task], nshot[task], nsamp[task] = 1.0, 0, {"original": n, "effective": n}
+    doc = {"results": results, "groups": {}, "group_subtasks": {t: [] for t in data}, "configs": configs,
+           "versions": versions, "n-shot": nshot, "higher_is_better": hib, "n-samples": nsamp,
+           "config": {"model": "hf", "model_args": {"pretrained": name}, "batch_size": 16, "limit": None,
+                      "random_seed": 0, "numpy_seed": 1234, "torch_seed": 1234, "fewshot_seed": 1234},
+           "lm_eval_version": "0.4.13", "task_hashes": task_hashes, "model_name": name, "date": 0.0}
+    (model_dir / f"results_{TS}.json").write_text(json.dumps(doc))
+    return root / name
+
+
+def make_suite(root: Path, seed: int = 0) -> tuple[Path, Path, dict]:
+    rng = np.random.default_rng(seed)
+    base, cand = {}, {}
+    for task, kind, n in _layout():
+        ids = np.arange(n)
+        if kind == "mean":
+            b = (rng.random(n) < 0.6).astype(float)
+            flip = rng.random(n) < 0.10  # 10% of items flip, both ways: noise
+            c = np.where(flip, 1 - b, b)
+            base[task], cand[task] = {"ids": ids, "acc": b}, {"ids": ids, "acc": c}
+        else:
+            words = rng.integers(20, 200, n)
+            nbytes = words * 6
+            ll = -rng.gamma(4.0, words / 4.0)
+            base[task] = {"ids": ids, "ll": ll, "words": words, "bytes": nbytes}
+            cand[task] = {"ids": ids, "ll": ll * rng.normal(1.0, 0.02, n), "words": words, "bytes": nbytes}
+    return _write_run(root, "base", base), _write_run(root, "cand", cand), cand
+
+
+def time_gatekeeper(base: Path, cand: Path, resamples: int, out: Path) -> float:
+    cmd = [sys.executable, "-m", "gatekeeper", "compare", str(base), str(cand), "--resamples", str(resamples),
+           "--json", str(out / "report.json"), "--markdown", str(out / "report.md")]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        sys.exit(f"gatekeeper compare failed (exit {proc.returncode}):\n{proc.stderr}")
+    return wall
+
+
+def time_lmeval(cand: dict, iters: int) -> float:
+    from lm_eval.api.metrics import bits_per_byte, bootstrap_stderr, mean, weighted_perplexity
+
+    t0 = time.perf_counter()
+    for cols in cand.values():
+        if "acc" in cols:
+            bootstrap_stderr(mean, cols["acc"].tolist(), iters)
+        else:
+            ll = cols["ll"].tolist()
+            bootstrap_stderr(weighted_perplexity, list(zip(ll, cols["words"].tolist(), strict=True)), iters)
+            bootstrap_stderr(weighted_perplexity, list(zip(ll, cols["bytes"].tolist(), strict=True)), iters)
+            bootstrap_stderr(bits_per_byte, list(zip(ll, cols["bytes"].tolist(), strict=True)), iters)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--lmeval-iters", type=int, default=None,
+                    help="run lm-eval with this many resamples and extrapolate to --resamples")
+    ap.add_argument("--keep", type=Path, help="write the synthetic runs here and keep them")
+    args = ap.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="gk-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    base, cand_dir, cand = make_suite(root)
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums), "
+          f"{size / 2**20:.1f} MiB on disk per two runs, built in {time.perf_counter() - t0:.1f} s")
+    print(f"cores: {os.cpu_count()}")
+
+    walls = [time_gatekeeper(base, cand_dir, args.resamples, root) for _ in range(3)]
+    gk = min(walls)
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    report = json.loads((root / "report.json").read_text())
+    print(f"A  gatekeeper compare, {args.resamples:,} resamples: {gk:.2f} s "
+          f"(best of 3: {', '.join(f'{w:.2f}' for w in walls)}); peak RSS {rss:.0f} MiB; "
+          f"{len(report['comparisons'])} comparisons, verdict {report['verdict']}")
+
+    iters = args.lmeval_iters or args.resamples
+    lm = time_lmeval(cand, iters)
+    scale = args.resamples / iters
+    note = f" (ran {iters:,} resamples, x{scale:g} extrapolated)" if scale != 1 else ""
+    lm_full = lm * scale
+    print(f"B  lm-eval bootstrap_stderr, {args.resamples:,} resamples: {lm_full:.2f} s{note}")
+    print(f"ratio B/A: {lm_full / gk:.1f}x   (goal: A < 5 s, ratio >= 20x)")
+
+
+if __name__ == "__main__":
+    main()
