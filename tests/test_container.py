@@ -210,8 +210,9 @@ class Runner:
 @pytest.fixture(scope="module")
 def pr_flow(image, tmp_path_factory):
     """A PR's life: the regressed checkpoint, the same again (re-run), then the harmless fix."""
-    if not (DEMO / "gatekeeper.yaml").is_file():
-        pytest.fail("examples/gatekeeper.yaml (the demo suite) is missing")
+    for need in ("gatekeeper.yaml", ".gatekeeper/baselines/demo.json.gz", "checkpoints/regressed/config.json"):
+        if not (DEMO / need).is_file():
+            pytest.fail(f"examples/{need} (part of the demo) is missing")
     root = tmp_path_factory.mktemp("action")
     workspace = root / "workspace"
     shutil.copytree(DEMO, workspace / "examples", ignore=shutil.ignore_patterns("__pycache__", "out"))
