@@ -5,7 +5,8 @@
 
 Writes OUT/tasks/data/{arith,capitals,synth_ppl}.jsonl and OUT/checkpoints/{base,harmless,regressed}.
 Everything is generated here from fixed seeds (no downloads) and the output is byte-identical on
-re-run with the same torch/transformers/tokenizers versions. About 40-60 s on 2 CPU cores.
+re-run with the same torch/transformers/tokenizers versions. Single-threaded: ~90 s on a busy
+2-core machine (700 training steps dominate; lower STEPS to trade quality for time).
 
 - base:      2-layer GPT-2 (~0.5M params) trained on arithmetic facts, invented capitals and
              grammar paragraphs.

@@ -1,6 +1,6 @@
 """The shipped demo: checkpoints, tokenizer, task YAMLs, data and suite file are consistent.
 
-Fast checks only; rebuilding the checkpoints (~1 min) runs only with GATEKEEPER_SLOW=1.
+Fast checks only; rebuilding the checkpoints (~2 min) runs only with GATEKEEPER_SLOW=1.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_suite_file_loads_and_names_existing_tasks() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("GATEKEEPER_SLOW") != "1", reason="rebuilds the demo (~1 min); GATEKEEPER_SLOW=1")
+@pytest.mark.skipif(os.environ.get("GATEKEEPER_SLOW") != "1", reason="rebuilds the demo (~2 min); GATEKEEPER_SLOW=1")
 def test_script_rebuilds_byte_identical_output(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_demo_checkpoints.py"), "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=900)
