@@ -10,10 +10,11 @@ re-run with the same torch/transformers/tokenizers versions. Single-threaded: ~9
 
 - base:      2-layer GPT-2 (~0.5M params) trained on arithmetic facts, invented capitals and
              grammar paragraphs.
-- harmless:  base with every weight rounded through bfloat16 (saved as float32): logits move a
-             little, no answer changes.
-- regressed: base trained on for a while with the capitals swapped within each region, so
-             capitals accuracy collapses while arithmetic and perplexity stay close.
+- harmless:  base with every weight rounded through float16 (saved as float32): logits move a
+             little (~3e-3), no answer changes.
+- regressed: base with the embedding rows of some tokens that occur only in capital names
+             shuffled among themselves, so capitals accuracy collapses while arithmetic and
+             perplexity do not move (the softmax normaliser sees the same set of rows).
 
 The script scores all three with a direct scorer that mimics lm-eval (context encoded without a
 leading EOS, " " + choice as continuation, summed log-likelihood, argmax; rolling perplexity with
