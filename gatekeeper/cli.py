@@ -23,21 +23,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _atomic_write(path: Path, text: str) -> None:
     """Write a report file whole or not at all."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise GateError(f"{path}: cannot write ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise GateError(f"{path}: cannot write ({exc.strerror})") from None
+    from gatekeeper.store import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
 def _check_writable(*paths: str | None) -> None:
@@ -165,8 +153,6 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             raise GateError("baseline show: give a baseline FILE or --suite")
         print(store.show(path))
         return EXIT_OK
-    if not args.run_dir:
-        raise GateError(f"baseline {args.action}: RUN_DIR is required")
     suite = load_suite(args.suite)
     if args.action == "record":
         path = store.record(Path(args.run_dir), suite, force=args.force)
@@ -226,22 +212,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("baseline", help="record, promote or show the stored baseline")
-    p.add_argument("action", choices=["record", "promote", "show"])
-    p.add_argument("run_dir", nargs="?", help="run directory (record/promote) or baseline file (show)")
-    p.add_argument("--suite", help="suite file (required for record/promote)")
-    p.add_argument("--force", action="store_true", help="record: overwrite an existing baseline")
-    p.set_defaults(func=cmd_baseline)
+    bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for action, text in (("record", "record RUN_DIR as the suite's first baseline"),
+                         ("promote", "make RUN_DIR the new baseline, keeping the old one in history/")):
+        q = bsub.add_parser(action, help=text)
+        q.add_argument("run_dir", help="a `gatekeeper run` output directory")
+        q.add_argument("--suite", required=True, help="suite file")
+        if action == "record":
+            q.add_argument("--force", action="store_true", help="overwrite an existing baseline")
+        q.set_defaults(func=cmd_baseline)
+    q = bsub.add_parser("show", help="summarise a baseline file")
+    q.add_argument("file", nargs="?", help="baseline file (default: the suite's)")
+    q.add_argument("--suite", help="suite file whose baseline to show")
+    q.set_defaults(func=cmd_baseline)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "baseline":
-        if args.action == "show":
-            args.file = args.run_dir
-        elif not args.suite:
-            parser.error(f"baseline {args.action}: --suite is required")
     try:
         return args.func(args)
     except GateError as exc:

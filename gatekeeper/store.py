@@ -302,6 +302,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp creates 0600; a baseline or report is an ordinary file (umask applies).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException as exc:  # also KeyboardInterrupt: never leave the temp file behind
         Path(tmp).unlink(missing_ok=True)
