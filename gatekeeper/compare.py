@@ -6,6 +6,7 @@ thin front door the CLI and the action use to read either a run directory or a b
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class Outcome:
     candidate: RunResults
     policy: Policy
     suite: str | None = None
+    notes: list[str] = field(default_factory=list)  # how the inputs were read (newest of 3 runs, ...)
 
     @property
     def inconclusive(self) -> list[Comparison]:
@@ -103,6 +105,20 @@ def _verdict(test: stats.PairedTest, hib: bool, margin: float, p: float, alpha: 
     if worst_drop > margin:
         return "inconclusive"  # a drop larger than the margin is not ruled out
     return "unchanged"
+
+
+def _mde(test: stats.PairedTest, alpha: float) -> float:
+    """Smallest drop caught with 80% power, from the observed spread of the differences.
+
+    With few or no flipped items the observed spread is ~0, which would claim any drop is
+    detectable. For McNemar a drop needs at least k items flipping one way before mid-p can
+    reach alpha (0.5**(k+1) < alpha), so k/n is a floor no matter how quiet the rerun was.
+    """
+    mde = stats.mde(test.se, alpha, POWER)
+    if test.test.startswith("mcnemar") and test.n:
+        k_min = math.floor(math.log2(1 / alpha) - 1) + 1
+        mde = max(mde, k_min / test.n)
+    return mde
 
 
 def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib: bool) -> list[int]:
@@ -162,7 +178,7 @@ def compare_runs(
     for i, (key, gated, margin, hib, test, r2w) in enumerate(pending):
         p = adjusted.get(i)
         verdict = _verdict(test, hib, margin, p if p is not None else test.p_worse, policy.alpha)
-        mde = stats.mde(test.se, per_alpha, POWER)
+        mde = _mde(test, per_alpha)
         comparisons.append(Comparison(key, gated, margin, hib, test, p, verdict, mde, r2w))
         if gated and margin > 0 and mde > margin:
             warnings.append(
@@ -179,9 +195,10 @@ def compare_runs(
         comparisons=comparisons,
         regressions=regressions,
         differences=context,
-        warnings=baseline.notes + candidate.notes + warnings,
+        warnings=warnings,
         baseline=baseline,
         candidate=candidate,
         policy=policy,
         suite=suite,
+        notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes],
     )

@@ -226,15 +226,29 @@ def _filter_names(filters: Any) -> str:
     return _fmt(filters)
 
 
+# Manifest fields worth a line of context; the rest (timestamps, file names, the command line)
+# differ on every run and would bury what matters.
+_MANIFEST_CONTEXT = ("revision", "torch_version", "gatekeeper_version", "hardware")
+
+
 def _manifest(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     if not b or not c:
         return []  # only one side has a manifest: nothing meaningful to compare
-    bf, cf = _flatten(b), _flatten(c)
-    return [
+    out = []
+    changed = sorted(
+        name for name in set(b.get("model_files") or {}) | set(c.get("model_files") or {})
+        if (b.get("model_files") or {}).get(name) != (c.get("model_files") or {}).get(name)
+    )
+    if changed:
+        out.append(f"model files differ (sha256): {', '.join(changed)}")
+    bf = _flatten({k: b[k] for k in _MANIFEST_CONTEXT if k in b}, prefix="")
+    cf = _flatten({k: c[k] for k in _MANIFEST_CONTEXT if k in c}, prefix="")
+    out += [
         f"{key}: {_fmt(bf.get(key, _MISSING))} in baseline, {_fmt(cf.get(key, _MISSING))} in candidate"
         for key in sorted(set(bf) | set(cf))
         if _differs(bf.get(key, _MISSING), cf.get(key, _MISSING))
     ]
+    return out
 
 
 def _flatten(d: dict[str, Any], prefix: str = "manifest ") -> dict[str, Any]:

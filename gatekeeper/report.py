@@ -154,6 +154,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
             "differences": [d.message for d in outcome.differences],
         },
         "warnings": list(outcome.warnings),
+        "notes": list(outcome.notes),
     }
 
 
@@ -289,6 +290,8 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
         )
     if outcome.warnings:
         optional.append(("Warnings", "\n".join(f"- {escape_untrusted(w, 400)}" for w in outcome.warnings)))
+    if outcome.notes:
+        optional.append(("Notes", "\n".join(f"- {escape_untrusted(w, 400)}" for w in outcome.notes)))
     optional.append(("Provenance", _provenance_md(outcome)))
 
     footer = []
@@ -353,8 +356,10 @@ def render_terminal(outcome: Outcome) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*cols), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r) for r in rows]
+    for n in outcome.notes:
+        lines.append(f"note: {n}")
     for d in outcome.differences:
-        lines.append(f"note: {d.message}")
+        lines.append(f"context: {d.message}")
     for w in outcome.warnings:
         lines.append(f"warning: {w}")
     lines.append("")

@@ -6,8 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[eval]" 2>&1 \
-  | grep -v "is ignored: it is neither a file nor a directory" || true
+echo "== setup: .venv (pip install -e; log in .venv/logs/pip.log)"
+mkdir -p .venv/logs
+if ! .venv/bin/python -m pip install --disable-pip-version-check -e ".[eval]" >.venv/logs/pip.log 2>&1; then
+  tail -n 40 .venv/logs/pip.log >&2
+  echo "setup failed: pip install -e '.[eval]' (full log: .venv/logs/pip.log)" >&2
+  exit 2
+fi
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec .venv/bin/gatekeeper gate --suite examples/gatekeeper.yaml \
   --model "examples/checkpoints/${1:-regressed}" --print-markdown --json out/demo-report.json

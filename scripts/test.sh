@@ -7,9 +7,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build.
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[eval,dev]" 2>&1 \
-  | grep -v "is ignored: it is neither a file nor a directory" || true
-.venv/bin/python -m pip check >/dev/null 2>&1 || true
+echo "== setup: .venv (pip install -e; log in .venv/logs/pip.log)"
+mkdir -p .venv/logs
+if ! .venv/bin/python -m pip install --disable-pip-version-check -e ".[eval,dev]" >.venv/logs/pip.log 2>&1; then
+  tail -n 40 .venv/logs/pip.log >&2
+  echo "setup failed: pip install -e '.[eval,dev]' (full log: .venv/logs/pip.log)" >&2
+  exit 2
+fi
 echo "== ruff"
 .venv/bin/ruff check gatekeeper tests benchmarks scripts examples
 echo "== pytest"

@@ -223,7 +223,9 @@ def test_harmless_differences_are_context(good):
     p.date = (good.provenance.date or 0) + 86400
     base = copy.deepcopy(good)
     base.provenance.manifest = {"hardware": {"gpu": "A10G"}, "torch_version": "2.13.0"}
-    p.manifest = {"hardware": {"gpu": "H200"}, "torch_version": "2.13.0", "wall_s": 12}
+    base.provenance.manifest["model_files"] = {"model.safetensors": "aa", "config.json": "cc"}
+    p.manifest = {"hardware": {"gpu": "H200"}, "torch_version": "2.13.0", "wall_seconds": 12,
+                  "model_files": {"model.safetensors": "bb", "config.json": "cc"}}
     diffs = check_compatible(base, cand)
     assert _errors(diffs) == []
     context = _context(diffs)
@@ -234,9 +236,9 @@ def test_harmless_differences_are_context(good):
         f"transformers version: {good.provenance.transformers_version} in baseline, 5.25.0 in candidate",
     ]
     assert context[4].startswith("date: ")
-    assert context[5:] == [
-        "manifest hardware.gpu: A10G in baseline, H200 in candidate",
-        "manifest wall_s: absent in baseline, 12 in candidate",
+    assert context[5:] == [  # wall time and other per-run noise is left out
+        "model files differ (sha256): model.safetensors",
+        "hardware.gpu: A10G in baseline, H200 in candidate",
     ]
 
 
