@@ -16,8 +16,10 @@ hashes and short snippets are kept. Imports neither torch nor lm-eval.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
+import operator
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -316,16 +318,164 @@ class _Wanted:
     metrics: dict[str, list[str]]  # filter -> metric names (from results.json)
     kinds: dict[str, tuple[str, str]]  # metric -> (kind, aggregation)
     cluster_field: str | None
-    multiple_choice: bool
 
 
 @dataclass
 class _FilterData:
+    """One filter's items in file order. ``values[metric]`` is a list of items (careful reader)
+    or an array of them (fast reader); ``_as_array`` takes either."""
+
     doc_ids: list[int] = field(default_factory=list)
     hashes: list[tuple[str, str, str]] = field(default_factory=list)
-    values: dict[str, list[Any]] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
     clusters: list[str] = field(default_factory=list)
-    snippets: dict[int, ItemSnippet] = field(default_factory=dict)
+
+
+def _read_samples(path: Path, task: str, wanted: _Wanted) -> tuple[dict[str, _FilterData], str, bool]:
+    """Per-filter items of one samples file, lm-eval's task hash rebuilt from its lines, and
+    whether the fast reader produced them."""
+    try:
+        return (*_read_samples_fast(path, wanted), True)
+    except (_Unusual, ValueError, KeyError, TypeError, OverflowError, IndexError):
+        # Anything the fast reader does not expect (a blank line, list values, a bad line, ...):
+        # the careful reader accepts every valid variant and names the offending line.
+        return (*_read_samples_careful(path, task, wanted), False)
+
+
+# -------------------------------------------- fast reader: whole blocks, no per-line Python
+
+
+class _Unusual(Exception):
+    """The fast reader met something it does not handle; the careful reader takes over."""
+
+
+_BLOCK_BYTES = 8 << 20
+# lm-eval writes each line as {"doc_id": N, "doc": ..., "target": ..., "arguments": ...,
+# "resps": ..., "filtered_resps": ..., "filter": ..., "metrics": [...], "doc_hash": ...,
+# "prompt_hash": ..., "target_hash": ..., <metric>: <value>, ...}. Everything between doc_id and
+# filter (the prompts and model outputs: most of the bytes) is never needed for the gate.
+_FILTER_SEP = ', "filter": '
+_DOC_ID = operator.itemgetter("doc_id", "filter")
+_HASHES = operator.itemgetter("doc_hash", "prompt_hash", "target_hash")
+_NUMBERS = frozenset({float, int, bool})
+
+
+def _blocks(path: Path) -> Iterator[str]:
+    """The file as text blocks of whole lines (about 8 MiB each), strictly UTF-8."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read ({exc.strerror})") from None
+    with fh:
+        rest = b""
+        while chunk := fh.read(_BLOCK_BYTES):
+            chunk = rest + chunk if rest else chunk
+            cut = chunk.rfind(b"\n") + 1  # a newline byte never sits inside a UTF-8 sequence
+            rest = chunk[cut:]
+            if cut:
+                yield chunk[:cut].decode("utf-8")
+        if rest:
+            yield rest.decode("utf-8")
+
+
+def _parse_block(text: str, keep_doc: bool) -> list[dict[str, Any]]:
+    """One ``json.loads`` for a whole block of lines. Unless the doc is needed (cluster keys),
+    each line is cut to ``{"doc_id": N`` + everything from its last ``, "filter": `` on, which
+    is still one JSON object per line only when the cut points are the top-level keys: a line
+    of another shape makes the block fail to parse (or miss a key) and the careful reader runs.
+    The skipped middle of a line is not checked for JSON syntax here; when a broken line still
+    cuts into a valid object (two lines glued together), the count, hash or aggregate checks
+    fail and ``_task_series`` re-reads the file carefully to name the line."""
+    lines = text.rstrip().split("\n")
+    if not keep_doc:
+        lines = [line[: line.find(", ")] + line[line.rfind(_FILTER_SEP) :] for line in lines]
+    objs = json.loads("[" + ",".join(lines) + "]")
+    # Exactly one object per line: a line holding "{...}, {...}" would add one.
+    if len(objs) != len(lines) or set(map(type, objs)) != {dict}:
+        raise _Unusual
+    return objs
+
+
+def _read_samples_fast(path: Path, wanted: _Wanted) -> tuple[dict[str, _FilterData], str]:
+    """Like ``_read_samples_careful`` on an ordinary lm-eval file, with C-level loops only.
+    Raises ``_Unusual`` (or a lookup/type error) on anything else, without a message."""
+    task_hash = hashlib.sha256()
+    all_ids: list[int] = []
+    all_filters: list[str] = []
+    chunks: dict[str, dict[str, list[Any]]] = {}  # filter -> metric -> value arrays per block
+    out: dict[str, _FilterData] = {}
+    for text in _blocks(path):
+        if not text.strip():
+            continue
+        objs = _parse_block(text, wanted.cluster_field is not None)
+        ids, filters = zip(*map(_DOC_ID, objs), strict=True)
+        if set(map(type, ids)) != {int} or set(map(type, filters)) != {str}:
+            raise _Unusual
+        hashes = list(map(_HASHES, objs))
+        joined = "".join(itertools.chain.from_iterable(hashes))  # TypeError unless all str
+        if not all(itertools.chain.from_iterable(hashes)):
+            raise _Unusual  # an empty hash
+        task_hash.update(joined.encode("utf-8"))
+        all_ids.extend(ids)
+        all_filters.extend(filters)
+        for filt in set(filters).intersection(wanted.metrics):
+            if len(set(filters)) == 1:
+                sel, sel_ids, sel_hashes = objs, ids, hashes
+            else:
+                keep = [i for i, f in enumerate(filters) if f == filt]
+                sel = [objs[i] for i in keep]
+                sel_ids, sel_hashes = [ids[i] for i in keep], [hashes[i] for i in keep]
+            fd = out.setdefault(filt, _FilterData())
+            fd.doc_ids.extend(sel_ids)
+            fd.hashes.extend(sel_hashes)
+            per_metric = chunks.setdefault(filt, {m: [] for m in wanted.metrics[filt]})
+            for metric, parts in per_metric.items():
+                kind, agg = wanted.kinds[metric]
+                parts.append(_fast_values(kind, agg, list(map(operator.itemgetter(metric), sel))))
+            if wanted.cluster_field is not None:
+                docs = list(map(operator.itemgetter("doc"), sel))
+                if set(map(type, docs)) != {dict}:
+                    raise _Unusual
+                fd.clusters.extend(map(str, map(operator.itemgetter(wanted.cluster_field), docs)))
+    if len(set(zip(all_ids, all_filters, strict=True))) != len(all_ids):
+        raise _Unusual  # a duplicate (doc_id, filter): the careful reader names its line
+    for filt, per_metric in chunks.items():
+        for metric, parts in per_metric.items():
+            kind = wanted.kinds[metric][0]
+            out[filt].values[metric] = (
+                np.concatenate(parts) if kind != "corpus" else list(itertools.chain.from_iterable(parts))
+            )
+    return out, task_hash.hexdigest()
+
+
+def _fast_values(kind: str, aggregation: str, items: list[Any]) -> Any:
+    """Per-item values of one metric in one block; ``_Unusual`` for anything not plain."""
+    types = set(map(type, items))
+    if kind == "mean":
+        if not types <= _NUMBERS:
+            raise _Unusual  # e.g. a list of numbers per doc: averaged by the careful reader
+        arr = np.array(items, dtype=np.float64)
+    elif kind == "ratio":
+        if aggregation == "perplexity" and types <= _NUMBERS:
+            arr = np.column_stack([np.array(items, dtype=np.float64), np.ones(len(items))])
+        elif types == {list} and set(map(type, itertools.chain.from_iterable(items))) <= _NUMBERS:
+            arr = np.array(items, dtype=np.float64)  # ValueError if ragged
+            if arr.shape != (len(items), 2) or not (arr[:, 1] > 0).all():
+                raise _Unusual
+        else:
+            raise _Unusual
+    else:
+        if not all(
+            type(v) is list and len(v) == 2 and _is_text(v[0]) and _is_text(v[1]) for v in items
+        ):
+            raise _Unusual
+        return [(v[0], v[1]) for v in items]
+    if not np.isfinite(arr).all():
+        raise _Unusual
+    return arr
+
+
+# -------------------------------------------- careful reader: line by line, exact messages
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -353,8 +503,13 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def _number(value: Any, where: str, metric: str) -> float:
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond float range
+            number = math.inf
+        if math.isfinite(number):
+            return number
     raise GateError(f"{where}: {metric} is {_short(value)}, not a number")
 
 
@@ -389,47 +544,10 @@ def _is_text(v: Any) -> bool:
     return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
-def _clip(text: Any) -> str:
-    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
-
-
-def _snippet(line: dict[str, Any], multiple_choice: bool) -> ItemSnippet:
-    args = line.get("arguments")
-    args = args if isinstance(args, dict) else {}
-    first = args.get("gen_args_0") if isinstance(args.get("gen_args_0"), dict) else {}
-    prompt = first.get("arg_0", "")
-    filtered = line.get("filtered_resps")
-    target = line.get("target", "")
-    output: Any = filtered[0] if isinstance(filtered, list) and filtered else filtered
-    if multiple_choice:
-        choices = [a.get("arg_1") if isinstance(a, dict) else None for a in args.values()]
-        best = _argmax_loglik(filtered)
-        if best is not None and best < len(choices) and isinstance(choices[best], str):
-            output = choices[best].strip()  # the chosen choice's text (lm-eval stores only lls)
-        if isinstance(target, str) and target.isdigit() and int(target) < len(choices):
-            gold = choices[int(target)]
-            target = gold.strip() if isinstance(gold, str) else target
-    return ItemSnippet(
-        prompt=_clip(prompt), output=_clip(output if output is not None else ""), target=_clip(target)
-    )
-
-
-def _argmax_loglik(filtered: Any) -> int | None:
-    """Index of the highest loglikelihood in MC filtered_resps ``[[ll, is_greedy], ...]``."""
-    if not isinstance(filtered, list) or not filtered:
-        return None
-    try:
-        lls = [float(r[0] if isinstance(r, list) else r) for r in filtered]
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(range(len(lls)), key=lls.__getitem__)  # first maximum, like np.argmax
-
-
-def _read_samples(
-    path: Path, task: str, wanted: _Wanted, snippets: bool
+def _read_samples_careful(
+    path: Path, task: str, wanted: _Wanted
 ) -> tuple[dict[str, _FilterData], str]:
-    """Per-filter items of one samples file, and lm-eval's task hash rebuilt from its lines."""
+    """One ``json.loads`` per line and every check per line, so errors name the line."""
     out: dict[str, _FilterData] = {}
     seen: set[tuple[int, str]] = set()
     # lm-eval: task_hashes[task] = sha256("".join(doc_hash + prompt_hash + target_hash per line))
@@ -469,9 +587,97 @@ def _read_samples(
                     f"{where}: doc has no field {wanted.cluster_field!r} (cluster key for {task})"
                 )
             data.clusters.append(str(doc[wanted.cluster_field]))
-        if snippets:
-            data.snippets[doc_id] = _snippet(line, wanted.multiple_choice)
     return out, task_hash.hexdigest()
+
+
+# ---------------------------------------------------------------- snippets (on demand)
+
+
+def _clip(text: Any) -> str:
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
+
+
+def _snippet(line: dict[str, Any], multiple_choice: bool) -> ItemSnippet:
+    args = line.get("arguments")
+    args = args if isinstance(args, dict) else {}
+    first = args.get("gen_args_0") if isinstance(args.get("gen_args_0"), dict) else {}
+    prompt = first.get("arg_0", "")
+    filtered = line.get("filtered_resps")
+    target = line.get("target", "")
+    output: Any = filtered[0] if isinstance(filtered, list) and filtered else filtered
+    if multiple_choice:
+        choices = [a.get("arg_1") if isinstance(a, dict) else None for a in args.values()]
+        best = _argmax_loglik(filtered)
+        if best is not None and best < len(choices) and isinstance(choices[best], str):
+            output = choices[best].strip()  # the chosen choice's text (lm-eval stores only lls)
+        if isinstance(target, str) and target.isdigit() and int(target) < len(choices):
+            gold = choices[int(target)]
+            target = gold.strip() if isinstance(gold, str) else target
+    return ItemSnippet(
+        prompt=_clip(prompt), output=_clip(output if output is not None else ""), target=_clip(target)
+    )
+
+
+def _argmax_loglik(filtered: Any) -> int | None:
+    """Index of the highest loglikelihood in MC filtered_resps ``[[ll, is_greedy], ...]``."""
+    if not isinstance(filtered, list) or not filtered:
+        return None
+    try:
+        lls = [float(r[0] if isinstance(r, list) else r) for r in filtered]
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(range(len(lls)), key=lls.__getitem__)  # first maximum, like np.argmax
+
+
+_LEADING_DOC_ID = re.compile(r'\{"doc_id": (\d+),')
+
+
+def _snippet_lines(path: Path, doc_ids: set[int]) -> Iterator[dict[str, Any]]:
+    """The parsed lines of a samples file whose doc_id is in ``doc_ids``; lines of lm-eval's
+    usual shape are skipped without parsing them. Unreadable lines are skipped: snippets only
+    decorate the report."""
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            m = _LEADING_DOC_ID.match(line)
+            if m is not None and int(m.group(1)) not in doc_ids:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            doc_id = obj.get("doc_id") if isinstance(obj, dict) else None
+            if isinstance(doc_id, int) and doc_id in doc_ids:
+                yield obj
+
+
+def attach_snippets(run: RunResults, wanted: dict[tuple[str, str], set[int]]) -> None:
+    """Fill ``run.snippets[(task, filter)][doc_id]`` for the wanted items only, re-reading just
+    those tasks' samples files (found beside ``run.provenance.source``).
+
+    Best effort, never raises: a run read from a baseline file (no samples), a samples file
+    that is gone or a line that does not parse leave those snippets out.
+    """
+    source = Path(run.provenance.source)
+    if _RESULTS_RE.match(source.name) is None or not source.is_file():
+        return  # a baseline file, or not an lm-eval results file
+    by_task: dict[str, dict[str, set[int]]] = {}
+    for (task, filt), ids in wanted.items():
+        if ids:
+            by_task.setdefault(task, {})[filt] = {int(i) for i in ids}
+    for task, filters in sorted(by_task.items()):
+        path = _samples_path(source, task)
+        multiple_choice = (run.provenance.configs.get(task) or {}).get("output_type") == "multiple_choice"
+        all_ids = set().union(*filters.values())
+        try:
+            for line in _snippet_lines(path, all_ids):
+                filt = line.get("filter", "none")
+                if isinstance(filt, str) and line["doc_id"] in filters.get(filt, ()):
+                    run.snippets.setdefault((task, filt), {})[line["doc_id"]] = _snippet(
+                        line, multiple_choice
+                    )
+        except OSError:
+            continue
 
 
 # ---------------------------------------------------------------- assembling RunResults
@@ -482,9 +688,8 @@ def _task_series(
     data: dict[str, Any],
     task: str,
     cluster_field: str | None,
-    snippets: bool,
     notes: list[str],
-) -> tuple[dict[SeriesKey, MetricSeries], dict[tuple[str, str], dict[int, ItemSnippet]]]:
+) -> dict[SeriesKey, MetricSeries]:
     config = data["configs"].get(task) or {}
     entry = data["results"].get(task)
     if not isinstance(entry, dict):
@@ -508,16 +713,40 @@ def _task_series(
         kinds[metric] = (kind, agg)
         per_filter.setdefault(filt, []).append(metric)
     if not reported:
-        return {}, {}
+        return {}
     path = _samples_path(results_file, task)
     if not path.is_file():
         raise GateError(f"{path}: samples file missing for task {task} (was lm-eval run with --log_samples?)")
-    wanted = _Wanted(per_filter, kinds, cluster_field, config.get("output_type") == "multiple_choice")
-    by_filter, task_hash = _read_samples(path, task, wanted, snippets)
+    wanted = _Wanted(per_filter, kinds, cluster_field)
+    by_filter, task_hash, fast = _read_samples(path, task, wanted)
     effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
+    args = (path, task, data, per_filter, kinds, reported, hib_map, cluster_field, effective)
+    try:
+        return _check_and_build(by_filter, task_hash, *args)
+    except GateError:
+        if not fast:
+            raise
+        # The fast reader skips the middle of each line; read again line by line, so that a
+        # broken line is reported as such rather than as the mismatch it caused.
+        by_filter, task_hash = _read_samples_careful(path, task, wanted)
+        return _check_and_build(by_filter, task_hash, *args)
 
+
+def _check_and_build(
+    by_filter: dict[str, _FilterData],
+    task_hash: str,
+    path: Path,
+    task: str,
+    data: dict[str, Any],
+    per_filter: dict[str, list[str]],
+    kinds: dict[str, tuple[str, str]],
+    reported: dict[tuple[str, str], float],
+    hib_map: dict[str, Any],
+    cluster_field: str | None,
+    effective: Any,
+) -> dict[SeriesKey, MetricSeries]:
+    """Series of one task from its samples, after checking them against results.json."""
     series: dict[SeriesKey, MetricSeries] = {}
-    snips: dict[tuple[str, str], dict[int, ItemSnippet]] = {}
     aggregate = _aggregate_fn()
     for filt, metrics in per_filter.items():
         fd = by_filter.get(filt)
@@ -564,8 +793,6 @@ def _task_series(
                 reported=want,
                 clusters=clusters,
             )
-        if snippets:
-            snips[(task, filt)] = fd.snippets
     # After the per-filter checks, whose messages say more about a cut or mixed-up file.
     recorded = (data.get("task_hashes") or {}).get(task)
     if isinstance(recorded, str) and recorded and recorded != task_hash:
@@ -573,7 +800,7 @@ def _task_series(
             f"{path}: item hashes do not match task_hashes[{task}] in results.json "
             "(samples file edited or from another run?)"
         )
-    return series, snips
+    return series
 
 
 def _as_array(kind: str, items: list[Any]) -> np.ndarray:
@@ -607,11 +834,13 @@ def _groups(data: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str
 
 
 def load_run(
-    path: str | Path, *, cluster_keys: dict[str, str] | None = None, snippets: bool = True
+    path: str | Path, *, cluster_keys: dict[str, str] | None = None, snippets: bool = False
 ) -> RunResults:
     """Read one lm-eval run (output dir, model subfolder or results file) into ``RunResults``.
 
     ``cluster_keys`` maps a task to the doc field whose value labels each item's cluster.
+    ``snippets=True`` also fills ``run.snippets`` for every item (slow on big runs: prefer
+    ``attach_snippets`` for the few items a report shows).
     Raises ``GateError`` (one line, naming the file) on anything missing or inconsistent.
     """
     results_file, notes = find_results_file(Path(path))
@@ -623,17 +852,19 @@ def load_run(
         notes.append(f"cluster key given for {task}, which is not a task of this run; ignored")
 
     series: dict[SeriesKey, MetricSeries] = {}
-    snips: dict[tuple[str, str], dict[int, ItemSnippet]] = {}
     for task in leaf_tasks:
-        s, sn = _task_series(results_file, data, task, cluster_keys.get(task), snippets, notes)
-        series.update(s)
-        snips.update(sn)
+        series.update(_task_series(results_file, data, task, cluster_keys.get(task), notes))
     groups, group_subtasks = _groups(data)
-    return RunResults(
+    run = RunResults(
         provenance=_provenance(results_file, data, manifest),
         series=series,
         groups=groups,
         group_subtasks=group_subtasks,
-        snippets=snips,
         notes=notes,
     )
+    if snippets:
+        wanted: dict[tuple[str, str], set[int]] = {}
+        for key, s in series.items():
+            wanted.setdefault((key.task, key.filter), set()).update(s.doc_ids.tolist())
+        attach_snippets(run, wanted)
+    return run

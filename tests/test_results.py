@@ -156,7 +156,7 @@ def test_provenance_from_string_and_dict_model_args(lmeval_runs):
 
 
 def test_snippets_are_raw_and_mc_shows_the_chosen_choice(lmeval_runs):
-    run = results.load_run(lmeval_runs["good"])
+    run = results.load_run(lmeval_runs["good"], snippets=True)
     lines = [json.loads(x) for x in samples_path(lmeval_runs["good"], "arith_mc").read_text().splitlines()]
     line = lines[4]
     snip = run.snippets[("arith_mc", "none")][4]
@@ -169,7 +169,9 @@ def test_snippets_are_raw_and_mc_shows_the_chosen_choice(lmeval_runs):
     trans = run.snippets[("trans_bleu", "none")][0]
     assert trans.prompt == "Translate: le chat dort\nEnglish:"  # raw: newline kept, nothing escaped
     assert set(run.snippets) == {(k.task, k.filter) for k in run.series}
-    assert results.load_run(lmeval_runs["good"], snippets=False).snippets == {}
+    for key, s in run.series.items():
+        assert set(run.snippets[(key.task, key.filter)]) == set(s.doc_ids.tolist())
+    assert results.load_run(lmeval_runs["good"]).snippets == {}  # lazily, by default
 
 
 def test_snippets_are_truncated(good_copy):
@@ -181,7 +183,7 @@ def test_snippets_are_truncated(good_copy):
         return [json.dumps(obj)] + lines[1:]
 
     edit_samples(good_copy, "arith_gen", long_prompt)
-    snip = results.load_run(good_copy).snippets[("arith_gen", "strict-match")][0]
+    snip = results.load_run(good_copy, snippets=True).snippets[("arith_gen", "strict-match")][0]
     assert len(snip.prompt) == results.SNIPPET_CHARS and snip.prompt.startswith("<b>xxx")
 
 
@@ -278,3 +280,90 @@ def test_an_aggregation_gatekeeper_cannot_test_is_skipped_with_a_note(good_copy)
     assert run.notes == [
         "arith_mc: acc_norm,none uses aggregation 'median', which gatekeeper cannot test; skipped"
     ]
+
+
+def test_attach_snippets_reads_only_the_wanted_items(lmeval_runs):
+    full = results.load_run(lmeval_runs["good"], snippets=True).snippets
+    run = results.load_run(lmeval_runs["good"])
+    wanted = {("arith_mc", "none"): {4, 7}, ("arith_gen", "strict-match"): {0}, ("trans_bleu", "none"): set()}
+    results.attach_snippets(run, wanted)
+    assert run.snippets == {
+        ("arith_mc", "none"): {4: full[("arith_mc", "none")][4], 7: full[("arith_mc", "none")][7]},
+        ("arith_gen", "strict-match"): {0: full[("arith_gen", "strict-match")][0]},
+    }
+    results.attach_snippets(run, {("arith_gen", "raw"): {0}, ("arith_gen", "strict-match"): {1}})
+    assert set(run.snippets[("arith_gen", "strict-match")]) == {0, 1}  # added to, not replaced
+    assert run.snippets[("arith_gen", "raw")][0] == full[("arith_gen", "raw")][0]
+
+
+def test_attach_snippets_is_a_no_op_for_a_baseline_or_a_vanished_samples_file(good_copy, tmp_path):
+    from gatekeeper import store
+
+    run = results.load_run(good_copy)
+    path = tmp_path / "base.json.gz"
+    store.save_baseline(run, path, suite_name="t", suite_hash=None)
+    baseline = store.load_baseline(path)
+    results.attach_snippets(baseline, {("arith_mc", "none"): {4}})
+    assert baseline.snippets == {}
+    samples_path(good_copy, "arith_mc").unlink()
+    results.attach_snippets(run, {("arith_mc", "none"): {4}, ("arith_gen", "raw"): {0}})
+    assert set(run.snippets) == {("arith_gen", "raw")}
+
+
+def _series_equal(a, b) -> None:
+    assert a.series.keys() == b.series.keys()
+    for key, s in a.series.items():
+        t = b.series[key]
+        assert (s.kind, s.aggregation, s.higher_is_better, s.reported) == (t.kind, t.aggregation, t.higher_is_better, t.reported)
+        for field in ("doc_ids", "values", "hashes", "clusters"):
+            x, y = getattr(s, field), getattr(t, field)
+            assert (x is None) == (y is None), (key, field)
+            if x is not None:
+                assert x.dtype == y.dtype and np.array_equal(x, y), (key, field)
+
+
+def test_fast_reader_handles_real_lm_eval_files_like_the_careful_one(lmeval_runs, monkeypatch):
+    clusters = {"arith_mc": "topic", "capitals_mc": "region"}
+    fast = {(w, c): results.load_run(lmeval_runs[w], cluster_keys=c) for w in ("good", "bad") for c in (None, "c")
+            if c is None} | {(w, "c"): results.load_run(lmeval_runs[w], cluster_keys=clusters) for w in ("good", "bad")}
+
+    def unusual(*_args):
+        raise results._Unusual
+
+    monkeypatch.setattr(results, "_read_samples_fast", unusual)
+    for (which, c), run in fast.items():
+        _series_equal(run, results.load_run(lmeval_runs[which], cluster_keys=clusters if c else None))
+
+    # and the fast reader really handled every real file (no silent fallback)
+    monkeypatch.undo()
+
+    def no_fallback(path, *_args):
+        raise AssertionError(f"careful reader used for {path}")
+
+    monkeypatch.setattr(results, "_read_samples_careful", no_fallback)
+    results.load_run(lmeval_runs["good"], cluster_keys=clusters)
+    results.load_run(lmeval_runs["bad"])
+
+
+def test_unusual_but_valid_lines_give_the_same_series(good_copy, lmeval_runs):
+    from tests.lmeval_fixtures import edit_samples
+
+    def odd(lines):
+        first = json.loads(lines[0])
+        first["doc"]["filter"] = "decoy"  # a nested "filter" key before the real one
+        reordered = json.loads(lines[1])
+        reordered = {"filter": reordered.pop("filter"), **reordered}  # keys in another order
+        return [json.dumps(first), json.dumps(reordered), "", "  "] + lines[2:]  # and blank lines
+
+    for task in ("arith_gen", "synth_ppl", "trans_bleu", "arith_mc"):
+        edit_samples(good_copy, task, odd)
+    _series_equal(results.load_run(lmeval_runs["good"]), results.load_run(good_copy))
+
+
+def test_two_values_on_one_line_are_rejected(good_copy):
+    from tests.lmeval_fixtures import edit_samples
+
+    # each line alone is invalid JSON; joined into one array by a naive fast path they would parse
+    edit_samples(good_copy, "arith_mc", lambda lines: [lines[0] + ", " + lines[1]] + lines[2:])
+    with pytest.raises(GateError, match=r"samples_arith_mc_.*\.jsonl line 1: truncated or invalid JSON"):
+        results.load_run(good_copy)

@@ -13,16 +13,21 @@ exchangeable, so:
   both aggregates, never a mean of per-unit scores.
 
 Random draws come in chunks of at most ~260k matrix cells, each chunk with its own generator
-spawned from ``SeedSequence(seed)``, so results depend only on the seed (not on threading)
-and memory stays bounded. Chunks run on a small thread pool: numpy releases the GIL in the
-heavy parts (random generation, gathers, matmul).
+spawned from ``SeedSequence(seed)``, so results depend only on the seed and memory stays
+bounded. Everything runs on one thread: on a shared 2-core CI runner a thread pool (or
+OpenBLAS's own threads) measured slower in wall time and ~1.7x the CPU time.
+
+Two pure memos make a suite cheap, without changing any result: the bootstrap's draw counts
+for (number of units, resamples, seed) - the same for every metric of a task, and for every
+task of the same size - and the permutation test's swap sums for one set of differences
+(word/byte perplexity and bits per byte of a task share them). Both are bounded in memory.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +37,12 @@ from .aggregate import ScoreFn
 EXACT_MAX_UNITS = 16  # enumerate all 2^m swaps up to this many differing units
 CHUNK_CELLS = 1 << 18  # ~2 MiB per int64 block: passes stay in cache
 MAX_CHUNK_ROWS = 1000
-PARALLEL_MIN_CELLS = 4_000_000
 LUT_MAX_CELLS = 1 << 23  # 64 MiB of float64 lookup tables at most
+# OpenBLAS runs a matrix product on one thread when m*n*k <= 4 * 65536; products are sliced to
+# stay there (on a busy 2-core machine its threads made them 4x slower).
+GEMM_MAX_MNK = 4 * 65536
+COUNTS_CACHE_BYTES = 128 << 20  # bootstrap draw counts kept (uint8: one byte per unit and resample)
+SHIFT_CACHE_ENTRIES = 64
 
 
 @dataclass
@@ -72,16 +81,42 @@ def _chunks(n_total: int, width: int) -> list[int]:
 
 
 def _map_chunks(fn: Callable[[int, np.random.Generator], np.ndarray], sizes: list[int],
-                seed_seq: np.random.SeedSequence, width: int) -> np.ndarray:
+                seed_seq: np.random.SeedSequence) -> np.ndarray:
     seeds = seed_seq.spawn(len(sizes))
-    jobs = [(size, np.random.default_rng(s)) for size, s in zip(sizes, seeds, strict=True)]
-    workers = min(len(jobs), os.cpu_count() or 1, 4)
-    if workers > 1 and sum(sizes) * width >= PARALLEL_MIN_CELLS:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            parts = list(pool.map(lambda job: fn(*job), jobs))
-    else:
-        parts = [fn(*job) for job in jobs]
-    return np.concatenate(parts)
+    return np.concatenate([fn(size, np.random.default_rng(s)) for size, s in zip(sizes, seeds, strict=True)])
+
+
+def _seed_key(seed_seq: np.random.SeedSequence) -> tuple:
+    """Identifies the chunk generators ``seed_seq.spawn`` is about to hand out."""
+    return (repr(seed_seq.entropy), seed_seq.spawn_key, seed_seq.pool_size, seed_seq.n_children_spawned)
+
+
+def _digest(*arrays: np.ndarray) -> tuple:
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        h.update(repr((a.shape, a.dtype.str)).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return (h.digest(),)
+
+
+_SHIFTS: OrderedDict[tuple, np.ndarray] = OrderedDict()
+
+
+def _memo_shifts(key: tuple, fn: Callable[[int, np.random.Generator], np.ndarray], sizes: list[int],
+                 seed_seq: np.random.SeedSequence) -> np.ndarray:
+    """``_map_chunks(fn, ...)``, remembered by ``key`` (which must identify fn's data)."""
+    key = key + (tuple(sizes), _seed_key(seed_seq))
+    hit = _SHIFTS.get(key)
+    if hit is not None:
+        seed_seq.spawn(len(sizes))  # advance the sequence exactly as a fresh draw would
+        _SHIFTS.move_to_end(key)
+        return hit
+    out = _map_chunks(fn, sizes, seed_seq)
+    out.flags.writeable = False
+    _SHIFTS[key] = out
+    while len(_SHIFTS) > SHIFT_CACHE_ENTRIES:
+        _SHIFTS.popitem(last=False)
+    return out
 
 
 def _tail_counts(t_star: np.ndarray, t_obs: float, tol: float, higher_is_better: bool) -> tuple[int, int]:
@@ -130,15 +165,14 @@ def permutation_test(units: Units, higher_is_better: bool, n_resamples: int,
         # Few distinct differences (e.g. -1/0/+1 per item): only how many units of each kind
         # get swapped matters, and that count is Binomial(n_k, 1/2), exactly.
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
-            return stat(rng.binomial(counts, 0.5, size=(size, counts.size)).astype(np.float64) @ uniq)
+            return _matmul(rng.binomial(counts, 0.5, size=(size, counts.size)).astype(np.float64), uniq)
+        key = ("few",) + _digest(uniq, counts)
     else:
-        draw_shift = _swap_sums(dm)
-
-        def draw(size: int, rng: np.random.Generator) -> np.ndarray:
-            return stat(draw_shift(size, rng))
+        draw = _swap_sums(dm)
+        key = ("swap",) + _digest(dm)
 
     width = (mp + 7) // 8  # random bytes per permutation
-    t_star = _map_chunks(draw, _chunks(n_resamples, width), seed_seq, mp)
+    t_star = stat(_memo_shifts(key, draw, _chunks(n_resamples, width), seed_seq))
     worse, better = _tail_counts(t_star, t_obs, _tolerance(t_star, level), higher_is_better)
     b = t_star.size
     return PermutationResult((1 + worse) / (b + 1), (1 + better) / (b + 1), False, b)
@@ -156,7 +190,7 @@ def _swap_sums(dm: np.ndarray) -> Callable[[int, np.random.Generator], np.ndarra
     if n_groups * 256 * kc > LUT_MAX_CELLS:
         def by_bits(size: int, rng: np.random.Generator) -> np.ndarray:
             packed = rng.integers(0, 256, size=(size, n_groups), dtype=np.uint8)
-            return np.unpackbits(packed, axis=1, count=mp) @ dm
+            return _matmul(np.unpackbits(packed, axis=1, count=mp).astype(np.float64), dm)
         return by_bits
     padded = np.zeros((n_groups * 8, kc))
     padded[:mp] = dm
@@ -218,27 +252,17 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
 
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
             w = rng.multinomial(m, shares, size=size).astype(np.float64)
-            return finish(rebuild(w @ uniq, size))
+            return finish(rebuild(_matmul(w, uniq), size))
     elif gather.shape[1]:
-        packed = _pack_pairs(gather)
-        n_cols = gather.shape[1]
-
-        def draw(size: int, rng: np.random.Generator) -> np.ndarray:
-            idx = _uniform_indices(rng, size, m)
-            sums = np.empty((size, n_cols))
-            for j, col in enumerate(packed):
-                total = np.take(col, idx).sum(axis=1)
-                if np.iscomplexobj(total):
-                    sums[:, 2 * j], sums[:, 2 * j + 1] = total.real, total.imag
-                else:
-                    sums[:, 2 * j] = total
-            return finish(rebuild(sums, size))
+        draw = None
+        t_star = finish(rebuild(_bootstrap_sums(gather, n_resamples, seed_seq), n_resamples))
     else:  # nothing varies between units: every resample is the same
 
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
             return finish(rebuild(np.zeros((size, 0)), size))
 
-    t_star = _map_chunks(draw, _chunks(n_resamples, m), seed_seq, m * max(1, gather.shape[1]))
+    if draw is not None:
+        t_star = _map_chunks(draw, _chunks(n_resamples, m), seed_seq)
     finite = t_star[np.isfinite(t_star)]
     if finite.size == 0:
         raise ValueError("every bootstrap resample gave an undefined aggregate (e.g. zero counts)")
@@ -257,14 +281,60 @@ def _few_distinct_rows(x: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarra
     return (uniq, counts) if uniq.shape[0] <= limit else None
 
 
-def _pack_pairs(x: np.ndarray) -> list[np.ndarray]:
-    """Columns two by two as complex128, so one gather moves two statistics."""
-    out = []
-    for j in range(0, x.shape[1], 2):
-        if j + 1 < x.shape[1]:
-            out.append(x[:, j] + 1j * x[:, j + 1])
-        else:
-            out.append(np.ascontiguousarray(x[:, j]))
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in row slices small enough for OpenBLAS to stay on one thread."""
+    step = max(1, GEMM_MAX_MNK // max(1, a.shape[1] * b.shape[1]))
+    if a.shape[0] <= step:
+        return a @ b
+    return np.concatenate([a[r : r + step] @ b for r in range(0, a.shape[0], step)])
+
+
+_COUNTS: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+_COUNTS_BYTES = [0]  # bytes held in _COUNTS
+
+
+def _draw_counts(m: int, size: int, seed: np.random.SeedSequence) -> np.ndarray:
+    """(size, m): how often each unit is drawn in each of ``size`` resamples of m units."""
+    idx = _uniform_indices(np.random.default_rng(seed), size, m)
+    idx += (np.arange(size, dtype=np.int64) * m)[:, None]
+    counts = np.bincount(idx.ravel(), minlength=size * m).reshape(size, m)
+    top = int(counts.max())
+    return counts.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.int64)
+
+
+def _count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence) -> Iterator[np.ndarray]:
+    """The bootstrap's draw counts, chunk by chunk; kept for the next metric with the same m,
+    resamples and seed when they fit in ``COUNTS_CACHE_BYTES / 2``."""
+    sizes = _chunks(n_resamples, m)
+    key = (m, tuple(sizes), _seed_key(seed_seq))
+    seeds = seed_seq.spawn(len(sizes))
+    hit = _COUNTS.get(key)
+    if hit is not None:
+        _COUNTS.move_to_end(key)
+        yield from hit
+        return
+    if m * n_resamples > COUNTS_CACHE_BYTES // 2:  # too big to keep: draw as we go
+        for size, seed in zip(sizes, seeds, strict=True):
+            yield _draw_counts(m, size, seed)
+        return
+    chunks = [_draw_counts(m, size, seed) for size, seed in zip(sizes, seeds, strict=True)]
+    for c in chunks:
+        c.flags.writeable = False
+    _COUNTS[key] = chunks
+    _COUNTS_BYTES[0] += sum(c.nbytes for c in chunks)
+    while _COUNTS_BYTES[0] > COUNTS_CACHE_BYTES:
+        _COUNTS_BYTES[0] -= sum(c.nbytes for c in _COUNTS.popitem(last=False)[1])
+    yield from chunks
+
+
+def _bootstrap_sums(x: np.ndarray, n_resamples: int, seed_seq: np.random.SeedSequence) -> np.ndarray:
+    """(n_resamples, k) column sums of x (m, k) over bootstrap resamples of its rows: each
+    resample is a vector of draw counts, so a chunk of resamples is one matrix product."""
+    out = np.empty((n_resamples, x.shape[1]))
+    row = 0
+    for counts in _count_chunks(x.shape[0], n_resamples, seed_seq):
+        out[row : row + counts.shape[0]] = _matmul(counts.astype(np.float64), x)
+        row += counts.shape[0]
     return out
 
 
