@@ -310,6 +310,22 @@ def test_attach_snippets_is_a_no_op_for_a_baseline_or_a_vanished_samples_file(go
     assert set(run.snippets) == {("arith_gen", "raw")}
 
 
+def test_attach_snippets_finds_lines_of_another_shape(good_copy):
+    from tests.lmeval_fixtures import edit_samples
+
+    want = results.load_run(good_copy, snippets=True).snippets[("arith_mc", "none")][5]
+
+    def doc_id_last(lines):
+        obj = json.loads(lines[5])
+        doc_id = obj.pop("doc_id")
+        return lines[:5] + [json.dumps({**obj, "doc_id": doc_id})] + lines[6:]
+
+    edit_samples(good_copy, "arith_mc", doc_id_last)
+    run = results.load_run(good_copy)
+    results.attach_snippets(run, {("arith_mc", "none"): {5, 6}})
+    assert run.snippets[("arith_mc", "none")][5] == want and set(run.snippets[("arith_mc", "none")]) == {5, 6}
+
+
 def _series_equal(a, b) -> None:
     assert a.series.keys() == b.series.keys()
     for key, s in a.series.items():
