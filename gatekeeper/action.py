@@ -243,7 +243,7 @@ def _notice_md(text: str) -> str:
 
 def _compare(job: Job, inputs: Inputs, suite) -> Evaluation:
     from gatekeeper import store
-    from gatekeeper.compare import compare_runs, load_any
+    from gatekeeper.compare import attach_snippets, compare_runs, load_any
 
     if not inputs["candidate"]:
         raise GateError("command compare: set the candidate input (a run directory or results file)")
@@ -256,6 +256,7 @@ def _compare(job: Job, inputs: Inputs, suite) -> Evaluation:
         store.check_suite(baseline, suite)
     candidate_path = _path(job, inputs["candidate"])
     outcome = compare_runs(baseline, load_any(candidate_path, cluster_keys=keys), suite.policy, suite=suite.name)
+    attach_snippets(outcome)
     return _from_outcome(job, outcome, suite, candidate_path, None)
 
 

@@ -72,7 +72,7 @@ def _policy_from_args(args: argparse.Namespace):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gatekeeper.compare import compare_runs, load_any
+    from gatekeeper.compare import attach_snippets, compare_runs, load_any, merge_repeats
 
     _check_writable(args.json, args.markdown)
     policy = _policy_from_args(args)
@@ -83,9 +83,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         suite = load_suite(args.policy)
         cluster_keys, suite_name = suite.cluster_keys(), suite.name
-    baseline = load_any(args.baseline, cluster_keys=cluster_keys)
-    candidate = load_any(args.candidate, cluster_keys=cluster_keys)
+    baseline = merge_repeats([load_any(p, cluster_keys=cluster_keys) for p in [args.baseline, *args.also_baseline]])
+    candidate = merge_repeats([load_any(p, cluster_keys=cluster_keys) for p in [args.candidate, *args.also_candidate]])
     outcome = compare_runs(baseline, candidate, policy, suite=suite_name, seed=args.seed)
+    attach_snippets(outcome)
     return _emit(outcome, args)
 
 
@@ -187,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy_flags(p)
     _add_report_flags(p)
     p.add_argument("--seed", type=int, default=0, help="seed for resampling (default 0)")
+    p.add_argument("--also-baseline", action="append", default=[], metavar="PATH",
+                   help="another run of the baseline model (other seed); values are averaged per item")
+    p.add_argument("--also-candidate", action="append", default=[], metavar="PATH",
+                   help="another run of the candidate model (other seed); values are averaged per item")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("run", help="run the pinned suite with lm-eval and record provenance")

@@ -7,7 +7,7 @@ thin front door the CLI and the action use to read either a run directory or a b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,40 @@ def load_any(path: str | Path, *, cluster_keys: dict[str, str] | None = None) ->
     if path.is_file() and store.is_baseline_file(path):
         return store.load_baseline(path)
     return results.load_run(path, cluster_keys=cluster_keys)
+
+
+def merge_repeats(runs: list[RunResults]) -> RunResults:
+    """Average several runs of one model (seeds, repeated sampling) item by item.
+
+    Tests then see one value per item: the variance that matters for "would other prompts
+    agree" is across items, and averaging first removes decoding noise without
+    double-counting items. Mean metrics average the per-item value; ratio metrics average
+    the log-likelihood (the counts are the same text). Corpus metrics cannot be averaged
+    per item, so the first run's outputs are kept and a note says so.
+    """
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    merged = {}
+    notes = list(first.notes) + [f"averaged {len(runs)} runs per item: " + ", ".join(r.provenance.source for r in runs)]
+    for key, s in first.series.items():
+        others = []
+        for r in runs[1:]:
+            o = r.series.get(key)
+            if o is None:
+                raise GateError(f"{r.provenance.source}: {key} missing; repeated runs must measure the same metrics")
+            base, cand, _ = pair_series(s, o, where=f"task {key.task} ({key.metric},{key.filter}), repeated run")
+            others.append(cand)
+        if s.kind == "corpus":
+            notes.append(f"{key}: corpus metric, first run's outputs used (cannot average per item)")
+            merged[key] = s
+            continue
+        stack = np.stack([s.values, *others])
+        values = stack.mean(axis=0)
+        if s.kind == "ratio":
+            values[:, 1] = s.values[:, 1]
+        merged[key] = replace(s, values=values)
+    return replace(first, series=merged, notes=notes)
 
 
 def attach_snippets(outcome: Outcome, per_metric: int = 5) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.compare import Outcome, compare_runs
+from gatekeeper.compare import Outcome, attach_snippets, compare_runs
 from gatekeeper.model import GateError
 
 
@@ -30,7 +30,9 @@ def compare_with_suite(baseline_path: Path, run_dir: Path, suite, *, seed: int =
     baseline = store.load_baseline(baseline_path)
     store.check_suite(baseline, suite)
     candidate = results.load_run(run_dir, cluster_keys=suite.cluster_keys())
-    return compare_runs(baseline, candidate, suite.policy, suite=suite.name, seed=seed)
+    outcome = compare_runs(baseline, candidate, suite.policy, suite=suite.name, seed=seed)
+    attach_snippets(outcome)
+    return outcome
 
 
 def run_gate(

@@ -170,3 +170,25 @@ def test_policy_lookup_prefers_task_rules_then_groups_then_wildcards():
     assert pol.lookup(SeriesKey("mmlu_law", "none", "acc"), ("mmlu",)) == (0.03, True)
     assert pol.lookup(SeriesKey("mmlu_law", "none", "acc_norm"), ("mmlu",)) == (0.01, False)
     assert pol.lookup(SeriesKey("other", "none", "acc"), ()) == (0.01, True)
+
+
+def test_merge_repeats_averages_items_before_testing():
+    from gatekeeper.compare import merge_repeats
+
+    a = _binary(300, 0.5, 10)
+    b = _flip(a, np.arange(0, 300, 3))  # another seed: a third of the items differ
+    merged = merge_repeats([run(series("t", "acc", a)), run(series("t", "acc", b))])
+    vals = merged.series[SeriesKey("t", "none", "acc")].values
+    assert np.array_equal(vals, (a + b) / 2)
+    assert any("averaged 2 runs" in n for n in merged.notes)
+    # Averaged values are no longer 0/1: the test switches from McNemar to the permutation test.
+    out = compare_runs(merged, run(series("t", "acc", a)), Policy(resamples=1000))
+    assert out.comparisons[0].test.test != "mcnemar-midp"
+
+
+def test_merge_repeats_refuses_different_items():
+    from gatekeeper.compare import merge_repeats
+
+    a = _binary(50, 0.5, 11)
+    with pytest.raises(GateError, match="doc_ids differ"):
+        merge_repeats([run(series("t", "acc", a)), run(series("t", "acc", a[:40]))])
