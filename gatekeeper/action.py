@@ -299,7 +299,8 @@ def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | Non
     """Comment / status / tracking issue; returns the comment URL (or ""). Never raises."""
     if client is None:
         if inputs["comment"] != "never" or job.event.name in ("push", "schedule"):
-            job.warn("no github-token given: the report is only in the job summary")
+            why = "GITHUB_REPOSITORY is not set" if not job.repo else "no github-token given"
+            job.warn(f"{why}: the report is only in the job summary")
         return ""
     suite = _suite_name(ev, inputs)
     url = ""

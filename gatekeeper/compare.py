@@ -214,7 +214,8 @@ def compare_runs(
         verdict = _verdict(test, hib, margin, p if p is not None else test.p_worse, policy.alpha)
         mde = _mde(test, per_alpha)
         comparisons.append(Comparison(key, gated, margin, hib, test, p, verdict, mde, r2w))
-        if gated and margin > 0 and mde > margin:
+        # On a clear regression the test had power enough; the warning would only be noise.
+        if gated and margin > 0 and mde > margin and verdict != "regressed":
             warnings.append(
                 f"{key}: the smallest drop this comparison can catch (mde {mde:.4g}) is larger than "
                 f"its margin {margin:.4g}: {test.n} items are too few for that margin"
