@@ -39,6 +39,7 @@ from gatekeeper.model import (
     RunResults,
     SeriesKey,
 )
+from gatekeeper.stats import aggregate
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
 SNIPPET_CHARS = 300
@@ -268,38 +269,6 @@ def _kind(aggregation: str) -> str | None:
 
 
 # ---------------------------------------------------------------- aggregates
-
-
-def _aggregate(kind: str, aggregation: str, values: np.ndarray) -> float:
-    """lm-eval's aggregation of per-item values (lm_eval/api/metrics.py), for the check."""
-    if kind == "mean":
-        return float(np.mean(values))
-    if kind == "ratio":
-        ll, count = values[:, 0], values[:, 1]
-        if aggregation == "weighted_perplexity":
-            return math.exp(-ll.sum() / count.sum())
-        if aggregation == "bits_per_byte":
-            return float(-ll.sum() / count.sum() / math.log(2))
-        if aggregation == "perplexity":
-            return math.exp(-float(np.mean(ll)))
-    if kind == "corpus":
-        import sacrebleu  # only runs with bleu/chrf/ter need it
-
-        refs = [r if isinstance(r, (list, tuple)) else [r] for r in values[:, 0]]
-        ref_streams = [list(s) for s in zip(*refs, strict=True)]
-        preds = [p[0] if isinstance(p, (list, tuple)) else p for p in values[:, 1]]
-        scorer = {"bleu": sacrebleu.corpus_bleu, "chrf": sacrebleu.corpus_chrf, "ter": sacrebleu.corpus_ter}
-        return float(scorer[aggregation](preds, ref_streams).score)
-    raise ValueError(f"unsupported aggregation {aggregation!r} for kind {kind!r}")
-
-
-def _aggregate_fn():
-    try:
-        from gatekeeper.stats import aggregate  # the shared implementation, once it exists
-    except ImportError:
-        return _aggregate
-    fn = getattr(aggregate, "aggregate", aggregate)  # the function, or the module defining it
-    return fn if callable(fn) else _aggregate
 
 
 def _close(a: float, b: float) -> bool:
@@ -778,7 +747,6 @@ def _check_and_build(
 ) -> dict[SeriesKey, MetricSeries]:
     """Series of one task from its samples, after checking them against results.json."""
     series: dict[SeriesKey, MetricSeries] = {}
-    aggregate = _aggregate_fn()
     for filt, metrics in per_filter.items():
         fd = by_filter.get(filt)
         if fd is None or not fd.doc_ids:

@@ -14,6 +14,7 @@ import pytest
 
 from gatekeeper import results
 from gatekeeper.model import GateError, SeriesKey
+from gatekeeper.stats import aggregate
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import TASKS_DIR, results_path, samples_path
 
@@ -46,8 +47,8 @@ def test_every_reported_metric_is_read_and_its_aggregate_reproduced(lmeval_runs)
         for key, s in run.series.items():
             assert s.n == raw["n-samples"][key.task]["effective"]
             assert list(s.doc_ids) == sorted(s.doc_ids)
-            # the private fallback must agree with the shared implementation, and both with lm-eval
-            assert results._aggregate(s.kind, s.aggregation, s.values) == pytest.approx(s.reported, rel=1e-9)
+            # the shared implementation reproduces lm-eval's own aggregate
+            assert aggregate(s.kind, s.aggregation, s.values) == pytest.approx(s.reported, rel=1e-9)
             assert s.higher_is_better == raw["higher_is_better"][key.task][key.metric]
 
 
