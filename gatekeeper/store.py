@@ -339,8 +339,10 @@ def _read_document(path: Path) -> dict:
         raise GateError(f"{path}: not a gzip'd gatekeeper baseline")
     try:
         text = gzip.decompress(raw).decode("utf-8")
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError):
-        raise GateError(f"{path}: checksum mismatch (file corrupted or edited by hand)") from None
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        # gzip's own CRC caught it: truncated (EOFError) or damaged bytes.
+        what = "truncated" if isinstance(exc, EOFError) else "corrupted"
+        raise GateError(f"{path}: baseline file is {what} (gzip data does not decompress)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -124,7 +124,10 @@ def test_corrupted_baseline_is_refused(tmp_path: Path) -> None:
     raw = bytearray(gzip.compress(json.dumps(doc).encode()))
     raw[len(raw) // 2] ^= 0xFF  # bit rot inside the deflate stream
     path.write_bytes(bytes(raw))
-    with pytest.raises(GateError, match="checksum mismatch|not valid JSON"):
+    with pytest.raises(GateError, match="checksum mismatch|not valid JSON|is corrupted"):
+        store.load_baseline(path)
+    path.write_bytes(gzip.compress(json.dumps(doc).encode())[:300])  # an interrupted copy
+    with pytest.raises(GateError, match=r"b\.json\.gz: baseline file is truncated"):
         store.load_baseline(path)
 
 
