@@ -46,14 +46,6 @@ def _values(drop: int) -> np.ndarray:
 
 
 @pytest.fixture
-def gh():
-    fake = FakeGitHub(REPO).start()
-    yield fake
-    fake.stop()
-    assert fake.errors == [], fake.errors
-
-
-@pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """A workspace: suite file, baseline, and candidate baselines 'harmless', 'regressed', 'many'."""
     (tmp_path / "gatekeeper.yaml").write_text(SUITE)

@@ -23,14 +23,6 @@ TOKEN = "ghs_FAKEtoken0123456789abcdefSECRET"
 REPO = "octo/repo"
 
 
-@pytest.fixture
-def gh():
-    fake = FakeGitHub(REPO).start()
-    yield fake
-    fake.stop()
-    assert fake.errors == [], fake.errors
-
-
 def client(fake: FakeGitHub, **kw) -> GitHubClient:
     policy = RetryPolicy(attempts=kw.pop("attempts", 4), backoff=0.01, max_backoff=0.05,
                          max_total_wait=kw.pop("max_total_wait", 3.0), connect_timeout=1.0,
