@@ -164,7 +164,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _add_policy_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", help="YAML policy file (or a suite file): margins, gated metrics, alpha")
+    p.add_argument("--policy", "--suite", dest="policy", metavar="FILE",
+                   help="YAML policy file, or a suite file (its policy, cluster keys and name)")
     p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
     p.add_argument("--margin", type=float, help="default margin in each metric's units (default 0)")
     p.add_argument("--correction", choices=["holm", "bonferroni", "bh", "none"],

@@ -107,3 +107,19 @@ def test_unwritable_report_fails_before_work(lmeval_runs, tmp_path):
     proc = gk("compare", str(lmeval_runs["good"]), str(lmeval_runs["good"]), "--json", str(blocker / "r.json"))
     assert proc.returncode == 2 and "cannot write" in proc.stderr
     assert blocker.read_text() == "not a directory"
+
+
+def test_compare_takes_policy_from_the_demo_suite(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    baseline = root / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz"
+    out = tmp_path / "r.json"
+    # The stored baseline against itself, under the suite's policy: margins and gating come from it.
+    proc = gk("compare", str(baseline), str(baseline), "--suite", str(root / "examples" / "gatekeeper.yaml"),
+              "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["suite"] == "demo"
+    rows = {(r["task"], r["metric"], r["filter"]): r for r in data["comparisons"]}
+    assert rows[("demo_capitals_mc", "acc", "none")]["margin"] == 0.05  # from the group rule demo_mc
+    assert rows[("demo_capitals_mc", "acc_norm", "none")]["gated"] is False
+    assert rows[("demo_synth_ppl", "word_perplexity", "none")]["margin"] == 0.5
