@@ -15,6 +15,7 @@ A policy comes from ``--policy FILE`` (a YAML file with these keys at the top le
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,11 @@ class Policy:
             raise GateError(
                 f"{where}: correction must be one of {', '.join(CORRECTIONS)}, got {self.correction!r}"
             )
-        if self.margin < 0 or any(r.margin is not None and r.margin < 0 for r in self.rules):
-            raise GateError(f"{where}: margins must be >= 0 (they are drops in the metric's units)")
+        # NaN compares False with everything: a NaN margin would make "drop > margin" never
+        # true and silently switch the gate off, so only finite margins >= 0 pass.
+        margins = [self.margin, *(r.margin for r in self.rules if r.margin is not None)]
+        if any(not math.isfinite(m) or m < 0 for m in margins):
+            raise GateError(f"{where}: margins must be finite and >= 0 (they are drops in the metric's units)")
         if self.resamples < 100:
             raise GateError(f"{where}: resamples must be >= 100, got {self.resamples}")
 

@@ -192,3 +192,12 @@ def test_merge_repeats_refuses_different_items():
     a = _binary(50, 0.5, 11)
     with pytest.raises(GateError, match="doc_ids differ"):
         merge_repeats([run(series("t", "acc", a)), run(series("t", "acc", a[:40]))])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01])
+def test_policy_rejects_margins_that_are_not_finite_drops(bad):
+    # A NaN margin made "drop > margin" always False: a 30-point drop passed the gate.
+    with pytest.raises(GateError, match="margins must be finite"):
+        Policy.from_dict({"margin": bad})
+    with pytest.raises(GateError, match="margins must be finite"):
+        Policy.from_dict({"rules": [{"task": "t", "margin": bad}]})
