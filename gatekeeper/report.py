@@ -128,8 +128,24 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
     }
 
 
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float (anywhere: groups, margins, manifests) as None, so
+    the report is strict JSON whoever serialises it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def to_json(outcome: Outcome) -> dict[str, Any]:
     """The machine-readable report; its schema is documented in docs/report-schema.md."""
+    return _strict(_report_dict(outcome))
+
+
+def _report_dict(outcome: Outcome) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "gatekeeper_version": __version__,
