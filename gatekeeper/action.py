@@ -324,6 +324,7 @@ def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | Non
     result = comment.upsert_sticky(
         client, job.repo, number, suite, ev.markdown, mode=inputs["comment"],
         regressed=ev.verdict == "fail", has_outcome=ev.verdict in ("pass", "fail", "baseline-recorded"),
+        author=job.env.get("GATEKEEPER_COMMENT_AUTHOR", "").strip() or None,
     )
     if result.action == "failed":
         if result.read_only:

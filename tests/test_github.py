@@ -91,6 +91,24 @@ def test_a_human_comment_quoting_the_marker_is_not_preferred_over_ours(gh):
     assert ours["body"].startswith("fresh") and gh.comments[9][0]["body"].startswith("quoting")
 
 
+def test_a_marker_in_a_human_comment_is_never_taken_as_ours(gh):
+    # Someone quotes (or plants) the marker before our first run: editing their comment would
+    # put our verdict under their name, and they could then edit it to say "pass".
+    planted = gh.add_comment(9, "### ✅ all good\n" + comment.sticky_marker("demo"))
+    result = comment.upsert_sticky(client(gh), REPO, 9, "demo", "### ❌ real verdict")
+    assert result.action == "created"
+    assert planted["body"].startswith("### ✅ all good")
+    assert gh.comments[9][1]["body"].startswith("### ❌ real verdict")
+    assert [r.method for r in gh.writes()] == ["POST"]
+
+
+def test_a_personal_token_finds_its_own_comment_by_login(gh):
+    mine = gh.add_comment(9, "old\n" + comment.sticky_marker("demo"), {"login": "ci-user", "id": 5, "type": "User"})
+    gh.add_comment(9, "quote\n" + comment.sticky_marker("demo"))
+    result = comment.upsert_sticky(client(gh), REPO, 9, "demo", "fresh", author="CI-user")
+    assert result.action == "updated" and mine["body"].startswith("fresh")
+
+
 # -- size limits -----------------------------------------------------------------------------
 
 

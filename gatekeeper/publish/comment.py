@@ -53,13 +53,32 @@ class CommentResult:
     read_only: bool = False
 
 
-def find_marked_comment(client: GitHubClient, repo: str, number: int, marker: str) -> dict | None:
-    """The comment carrying ``marker``; prefers one written by a bot (our own) if several do."""
-    found = [c for c in client.list_issue_comments(repo, number) if marker in (c.get("body") or "")]
-    if not found:
-        return None
-    bots = [c for c in found if (c.get("user") or {}).get("type") == "Bot"]
-    return (bots or found)[0]
+ACTIONS_BOT = "github-actions[bot]"
+
+
+def _is_ours(c: dict, author: str | None) -> bool:
+    user = c.get("user") or {}
+    if author:
+        return str(user.get("login", "")).lower() == author.lower()
+    return user.get("type") == "Bot"
+
+
+def find_marked_comment(
+    client: GitHubClient, repo: str, number: int, marker: str, *, author: str | None = None
+) -> dict | None:
+    """Our comment carrying ``marker``, or None.
+
+    Only comments we could have written count: by ``author`` (the login behind a personal
+    token) when given, else by a bot account, github-actions[bot] first. A person's comment that
+    quotes or plants the marker is never edited: our verdict would then stand under their name,
+    and they could edit it to read "pass".
+    """
+    found = [
+        c for c in client.list_issue_comments(repo, number)
+        if marker in (c.get("body") or "") and _is_ours(c, author)
+    ]
+    actions = [c for c in found if (c.get("user") or {}).get("login") == ACTIONS_BOT]
+    return (actions or found or [None])[0]
 
 
 def should_post(mode: str, *, regressed: bool, has_outcome: bool, exists: bool) -> bool:
@@ -92,24 +111,28 @@ def upsert_sticky(
     mode: str = "auto",
     regressed: bool = False,
     has_outcome: bool = True,
+    author: str | None = None,
 ) -> CommentResult:
     """Create or update the suite's sticky comment on issue/PR ``number``; never raises."""
     marker = sticky_marker(suite)
     if mode == "never":
         return CommentResult("skipped", reason="comment: never")
     try:
-        existing = find_marked_comment(client, repo, number, marker)
+        existing = find_marked_comment(client, repo, number, marker, author=author)
         if not should_post(mode, regressed=regressed, has_outcome=has_outcome, exists=existing is not None):
             return CommentResult("skipped", reason=f"comment: {mode} and nothing to report")
-        return _write(client, repo, number, marker, body, existing)
+        return _write(client, repo, number, marker, body, existing, author)
     except GitHubError as err:
         return CommentResult("failed", reason=str(err), read_only=err.read_only)
 
 
-def _write(client: GitHubClient, repo: str, number: int, marker: str, body: str, existing: dict | None) -> CommentResult:
+def _write(
+    client: GitHubClient, repo: str, number: int, marker: str, body: str, existing: dict | None,
+    author: str | None,
+) -> CommentResult:
     full = fit_body(body, marker)
     try:
-        return _send(client, repo, number, marker, full, existing)
+        return _send(client, repo, number, marker, full, existing, author)
     except GitHubError as err:
         if not err.too_long:
             raise
@@ -120,11 +143,12 @@ def _write(client: GitHubClient, repo: str, number: int, marker: str, body: str,
         limit=MAX_COMMENT_CHARS // 2,
         note="\n\n… _(trimmed: GitHub refused the full report as too long; see the job summary)_",
     )
-    return _send(client, repo, number, marker, short, existing)
+    return _send(client, repo, number, marker, short, existing, author)
 
 
 def _send(
-    client: GitHubClient, repo: str, number: int, marker: str, body: str, existing: dict | None
+    client: GitHubClient, repo: str, number: int, marker: str, body: str, existing: dict | None,
+    author: str | None,
 ) -> CommentResult:
     if existing is not None:
         c = client.update_issue_comment(repo, existing["id"], body)
@@ -137,7 +161,7 @@ def _send(
             raise
     # The POST timed out after it was sent: GitHub may have created it. Look before posting
     # again, so a slow API never leaves two sticky comments.
-    again = find_marked_comment(client, repo, number, marker)
+    again = find_marked_comment(client, repo, number, marker, author=author)
     if again is not None:
         c = client.update_issue_comment(repo, again["id"], body)
         return CommentResult("updated", url=c.get("html_url"))
