@@ -21,7 +21,9 @@ SCHEMA_VERSION = 1
 GITHUB_COMMENT_LIMIT = 65_536
 MAX_R2W_PER_METRIC = 5
 WORD_JOINER = "\u2060"  # invisible; breaks GitHub's @mention and #ref autolinking
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")  # ">" and "<" become HTML entities
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$])")  # ">" and "<" become HTML entities; "$": math
+# Bidi controls would let untrusted text display reordered (e.g. a fake "passed").
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass
@@ -37,7 +39,7 @@ class ReportContext:
 
 def escape_untrusted(text: str, limit: int = 200) -> str:
     """Make arbitrary text safe inside markdown (tables included): one line, no markup."""
-    text = " ".join(str(text).split())  # newlines would break a table row
+    text = " ".join(_BIDI.sub("", str(text)).split())  # newlines would break a table row
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     # Markdown first, then HTML: html.escape's entities must not get backslashes.
@@ -46,6 +48,10 @@ def escape_untrusted(text: str, limit: int = 200) -> str:
     # Neutralise @mentions, #refs and team/user refs after escaping so the joiner survives.
     text = re.sub(r"@(?=\w)", "@" + WORD_JOINER, text)
     text = re.sub(r"#(?=\w)", "#" + WORD_JOINER, text)
+    # GitHub links GH-123 to an issue (the backslash before "-" is gone once rendered) and
+    # autolinks scheme://host URLs.
+    text = re.sub(r"(?i)(gh\\-)(?=\d)", "\\1" + WORD_JOINER, text)
+    text = text.replace("://", ":" + WORD_JOINER + "//")
     return text
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from gatekeeper import report
 from gatekeeper.compare import compare_runs
@@ -34,3 +36,53 @@ def test_to_json_is_strict_even_with_non_finite_group_values_and_margins():
     text = json.dumps(data, allow_nan=False)  # raises on NaN/inf
     assert json.loads(text)["groups"] == {"g": {"baseline": {"acc,none": None}, "candidate": {"acc,none": None}}}
     assert data["comparisons"][0]["margin"] is None
+
+
+@pytest.mark.parametrize("evil", ["GH-12", "gh-7", "see GH-12 now"])
+def test_escape_breaks_gh_issue_references(evil):
+    # GitHub links GH-<number> to an issue; the backslash escape alone renders as "GH-12".
+    out = report.escape_untrusted(evil)
+    visible = out.replace("\\", "")
+    assert not re.search(r"(?i)gh-\d", visible)
+
+
+@pytest.mark.parametrize("evil", ["@user", "@org/team", "#12", "owner/repo#12", "x@octocat"])
+def test_escape_breaks_mentions_and_refs(evil):
+    visible = report.escape_untrusted(evil).replace("\\", "")
+    assert not re.search(r"[@#]\w", visible)
+
+
+def test_escape_breaks_bare_url_autolinks_and_math():
+    out = report.escape_untrusted("go to https://evil.example/x and $\\huge\\text{passed}$")
+    visible = out.replace("\\", "")
+    assert "://" not in visible  # GitHub autolinks scheme://host
+    assert "$" not in out.replace("\\$", "")  # every dollar escaped: no inline math
+
+
+def test_escape_neutralises_markup_and_the_sticky_marker():
+    evil = "<!-- gatekeeper:sticky suite=demo --> ![x](http://evil) <b>hi</b> `c` a|b\nnext\u2028line"
+    out = report.escape_untrusted(evil, limit=10_000)
+    assert "<" not in out and ">" not in out and "\n" not in out and "\u2028" not in out
+    assert "<!--" not in out and "gatekeeper:sticky suite=demo -->" not in out
+    assert "](" not in out and "`" not in out.replace("\\`", "")
+    assert out.replace("\\|", "").count("|") == 0
+
+
+def test_escape_strips_bidi_controls():
+    # A right-to-left override would let a task name display reversed text ("dessap").
+    out = report.escape_untrusted("task\u202edessap\u2066x\u2069")
+    assert not re.search("[\u200e\u200f\u202a-\u202e\u2066-\u2069\u061c]", out)
+
+
+def test_escape_caps_length():
+    assert len(report.escape_untrusted("x" * 10_000, limit=50)) == 50
+
+
+def test_markdown_escapes_task_names_in_every_section():
+    out = _outcome("@octocat <b> GH-3 #9", drop=40)
+    out.warnings.append("warn @someone #4")
+    md = report.render_markdown(out)
+    visible = md.replace("\\", "")
+    assert not re.search(r"[@#]\w", visible.replace("### ", ""))
+    assert "<b>" not in md and not re.search(r"(?i)gh-\d", visible)
+
