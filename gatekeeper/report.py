@@ -333,9 +333,22 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
         out += note
     out += "\n\n" + " · ".join(footer)
     if len(out) > max_chars:  # the gated table alone is too long: cut rows, say so
-        cut = out[: max_chars - 200].rsplit("\n", 1)[0]
-        out = cut + "\n\n_Report truncated: too many rows for one comment; see the report JSON._"
+        out = _cut(out, max_chars)
     return out
+
+
+_TRUNCATED = "\n\n_Report truncated: too many rows for one comment; see the report JSON._"
+
+
+def _cut(text: str, max_chars: int) -> str:
+    """``text`` cut at a line end, plus a note, in at most ``max_chars`` characters (whatever
+    the limit: the note itself is cut when the limit is tiny)."""
+    keep = max_chars - len(_TRUNCATED)
+    if keep <= 0:
+        return _TRUNCATED.strip()[:max_chars]
+    cut = text[:keep]
+    line_end = cut.rfind("\n")
+    return (cut[:line_end] if line_end > 0 else cut) + _TRUNCATED
 
 
 def _provenance_md(outcome: Outcome) -> str:

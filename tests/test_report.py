@@ -78,6 +78,15 @@ def test_escape_caps_length():
     assert len(report.escape_untrusted("x" * 10_000, limit=50)) == 50
 
 
+@pytest.mark.parametrize("max_chars", [50, 150, 199, 250, 400, 1000, 5000])
+def test_markdown_never_exceeds_max_chars(max_chars):
+    out = _outcome(*(f"task_{i}_" + "y" * 3000 for i in range(20)), drop=30)
+    md = report.render_markdown(out, max_chars=max_chars)
+    assert len(md) <= max_chars
+    small = report.render_markdown(_outcome("t"), max_chars=max_chars)
+    assert len(small) <= max_chars
+
+
 def test_markdown_escapes_task_names_in_every_section():
     out = _outcome("@octocat <b> GH-3 #9", drop=40)
     out.warnings.append("warn @someone #4")
@@ -85,4 +94,3 @@ def test_markdown_escapes_task_names_in_every_section():
     visible = md.replace("\\", "")
     assert not re.search(r"[@#]\w", visible.replace("### ", ""))
     assert "<b>" not in md and not re.search(r"(?i)gh-\d", visible)
-
