@@ -36,6 +36,7 @@ def _load_validator():
 _validator = _load_validator()
 _EXAMPLES = json.loads((API_DIR / "openapi-subset.json").read_text(encoding="utf-8"))["components"]["examples"]
 NOW = "2026-01-01T00:00:00Z"
+DROP = -1  # handle(): close the connection instead of answering
 BOT = {"login": "github-actions[bot]", "id": 41898282, "type": "Bot"}
 HUMAN = {"login": "octocat", "id": 1, "type": "User"}
 READ_ONLY = {"message": "Resource not accessible by integration",
@@ -55,8 +56,9 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     delay: float = 0.0  # seconds to sleep before answering (a client timeout)
-    after: bool = False  # apply the request first, then delay (a write that "timed out" but happened)
+    after: bool = False  # apply the request first, then delay and/or answer ``status`` (it happened anyway)
     times: int = 1
+    drop: bool = False  # with after: apply, then close the connection without an answer
 
 
 @dataclass
@@ -206,6 +208,11 @@ class FakeGitHub:
         if self.read_only and rec.method != "GET":
             return 403, {}, dict(READ_ONLY), 0.0
         status, headers, body = self._route(rec)
+        if fault and fault.after and fault.drop:
+            return DROP, {}, None, fault.delay
+        if fault and fault.after and fault.status is not None:
+            # Applied, but the answer is an error (a 502 from the front end after the write).
+            return fault.status, fault.headers, fault.body or {"message": f"injected {fault.status}"}, fault.delay
         if 200 <= status < 300 or status == 422:
             try:
                 problems = _validator.validate_response(rec.method, rec.path, status, body)
@@ -338,6 +345,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             rec.status = status
             if delay:
                 time.sleep(delay)
+            if status == DROP:
+                self.close_connection = True
+                return
             data = b"" if payload is None else json.dumps(payload).encode()
             try:
                 self.send_response(status)

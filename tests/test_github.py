@@ -194,6 +194,27 @@ def test_a_timed_out_post_that_landed_does_not_duplicate_the_comment(gh):
     assert len(gh.comment_bodies(2)) == 1
 
 
+def test_a_post_that_landed_but_answered_502_does_not_duplicate_the_comment(gh):
+    gh.fail("POST", r"/comments$", 502, after=True)
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "once")
+    assert result.action == "updated"
+    assert len(gh.comment_bodies(2)) == 1
+
+
+def test_a_connection_dropped_after_a_post_is_not_blindly_repeated(gh):
+    # The server applies the POST, then the connection dies before an answer comes back.
+    gh.fail("POST", r"/comments$", after=True, drop=True)
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "once")
+    assert result.action == "updated"
+    assert len(gh.comment_bodies(2)) == 1
+
+
+def test_tracking_issue_post_that_landed_is_not_opened_twice(gh):
+    gh.fail("POST", r"/issues$", 502, after=True)
+    opened = comment.track_nightly(client(gh), REPO, "demo", regressed=True, report="R", run_url=None)
+    assert opened.action == "opened" and len(gh.issues) == 1
+
+
 def test_giving_up_is_reported_not_raised(gh):
     gh.fail("GET", r"/comments$", 503, times=10)
     result = comment.upsert_sticky(client(gh, attempts=3), REPO, 2, "demo", "x")

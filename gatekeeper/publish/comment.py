@@ -8,6 +8,7 @@ its own comment instead of adding one. Comment bodies stay under GitHub's 65,536
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gatekeeper.publish.github import GitHubClient, GitHubError
@@ -153,20 +154,36 @@ def _send(
     if existing is not None:
         c = client.update_issue_comment(repo, existing["id"], body)
         return CommentResult("updated", url=c.get("html_url"))
-    try:
-        c = client.create_issue_comment(repo, number, body)
-        return CommentResult("created", url=c.get("html_url"))
-    except GitHubError as err:
-        if not err.maybe_applied:
-            raise
-    # The POST timed out after it was sent: GitHub may have created it. Look before posting
-    # again, so a slow API never leaves two sticky comments.
-    again = find_marked_comment(client, repo, number, marker, author=author)
-    if again is not None:
-        c = client.update_issue_comment(repo, again["id"], body)
+    c, landed = create_checked(
+        client,
+        lambda: client.create_issue_comment(repo, number, body),
+        lambda: find_marked_comment(client, repo, number, marker, author=author),
+    )
+    if landed:
+        c = client.update_issue_comment(repo, c["id"], body)
         return CommentResult("updated", url=c.get("html_url"))
-    c = client.create_issue_comment(repo, number, body)
     return CommentResult("created", url=c.get("html_url"))
+
+
+def create_checked(
+    client: GitHubClient, post: Callable[[], dict], find: Callable[[], dict | None]
+) -> tuple[dict, bool]:
+    """Run a non-idempotent ``post``; when its answer was lost (timeout, dropped connection, 5xx)
+    GitHub may have applied it, so ``find`` the result before posting again: a slow API never
+    leaves two sticky comments or two tracking issues. Returns (object, found_instead_of_posted).
+    """
+    attempts = max(client.retry.attempts, 1)
+    for attempt in range(attempts):
+        try:
+            return post(), False
+        except GitHubError as err:
+            if not err.maybe_applied or attempt + 1 >= attempts:
+                raise
+        client.pause(attempt)
+        found = find()
+        if found is not None:
+            return found, True
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 # -- nightly tracking issue --------------------------------------------------------------------
@@ -203,21 +220,27 @@ def track_nightly(
                     f"This issue is closed automatically on the first green night.\n\n{report}",
                     tracking_marker(suite),
                 )
-                created = client.create_issue(
-                    repo,
-                    title=f"gatekeeper: nightly regression in suite {_safe_suite(suite)}",
-                    body=body,
-                    labels=[TRACKING_LABEL],
+                created, _ = create_checked(
+                    client,
+                    lambda: client.create_issue(
+                        repo,
+                        title=f"gatekeeper: nightly regression in suite {_safe_suite(suite)}",
+                        body=body,
+                        labels=[TRACKING_LABEL],
+                    ),
+                    lambda: find_tracking_issue(client, repo, suite),
                 )
                 return TrackingResult("opened", url=created.get("html_url"), number=created.get("number"))
             c = client.create_issue_comment(
-                repo, issue["number"], fit_body(f"Still regressed{run_ref}.\n\n{report}", "")
+                repo, issue["number"], fit_body(f"Still regressed{run_ref}.\n\n{report}", ""),
+                idempotent=True,  # a duplicate progress note is harmless; retry it blindly
             )
             return TrackingResult("commented", url=c.get("html_url"), number=issue["number"])
         if issue is None:
             return TrackingResult("none", reason="green and no open tracking issue")
         client.create_issue_comment(
-            repo, issue["number"], fit_body(f"Green again{run_ref}; closing.\n\n{report}", "")
+            repo, issue["number"], fit_body(f"Green again{run_ref}; closing.\n\n{report}", ""),
+            idempotent=True,
         )
         closed = client.update_issue(repo, issue["number"], state="closed", state_reason="completed")
         return TrackingResult("closed", url=closed.get("html_url"), number=issue["number"])

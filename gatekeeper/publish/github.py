@@ -67,7 +67,8 @@ class GitHubError(Exception):
     """A call that failed for good (after any retries).
 
     ``status`` is the HTTP status (None for network errors / timeouts); ``maybe_applied`` is
-    True when a non-idempotent request timed out after it was sent, so GitHub may have acted on it.
+    True when a non-idempotent request was sent but its answer was lost (read timeout, dropped
+    connection, 5xx), so GitHub may have acted on it: the caller looks before sending it again.
     """
 
     def __init__(
@@ -208,6 +209,9 @@ class GitHubClient:
                     raise GitHubError(f"{method} {path}: {last}", maybe_applied=True) from None
             except requests.exceptions.RequestException as exc:
                 last = f"network error ({type(exc).__name__})"
+                if not idempotent and not _never_sent(exc):
+                    # The connection died after the request went out: it may have been applied.
+                    raise GitHubError(f"{method} {path}: {last}", maybe_applied=True) from None
             else:
                 if resp.status_code < 400:
                     return resp
@@ -224,6 +228,11 @@ class GitHubClient:
                         raise err  # a permission problem: retrying will not help
                 elif resp.status_code not in RETRY_STATUSES:
                     raise err
+                elif not idempotent:
+                    # A 502/504 from GitHub's front end often comes after the write happened;
+                    # repeating a POST blindly could post twice. The caller looks first.
+                    err.maybe_applied = True
+                    raise err
             if attempt + 1 >= self.retry.attempts:
                 break
             if wait is None:
@@ -235,6 +244,10 @@ class GitHubClient:
             self._sleep(wait)
             waited += wait
         raise GitHubError(f"{method} {path}: gave up after {attempt + 1} attempt(s): {last}")
+
+    def pause(self, retry_no: int) -> None:
+        """Sleep one backoff step (for callers that retry a non-idempotent call themselves)."""
+        self._sleep(self._backoff(retry_no))
 
     def paginate(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Yield the items of a list endpoint, following Link rel="next"."""
@@ -254,9 +267,12 @@ class GitHubClient:
         o, r = _split_repo(repo)
         return self.paginate(f"/repos/{o}/{r}/issues/{int(number)}/comments")
 
-    def create_issue_comment(self, repo: str, number: int, body: str) -> dict:
+    def create_issue_comment(self, repo: str, number: int, body: str, *, idempotent: bool = False) -> dict:
+        """``idempotent=True`` retries blindly: only for comments where a duplicate is harmless."""
         o, r = _split_repo(repo)
-        return self.request("POST", f"/repos/{o}/{r}/issues/{int(number)}/comments", json={"body": body}).json()
+        return self.request(
+            "POST", f"/repos/{o}/{r}/issues/{int(number)}/comments", json={"body": body}, idempotent=idempotent
+        ).json()
 
     def update_issue_comment(self, repo: str, comment_id: int, body: str) -> dict:
         o, r = _split_repo(repo)
@@ -295,6 +311,16 @@ class GitHubClient:
     def update_issue(self, repo: str, number: int, **fields: Any) -> dict:
         o, r = _split_repo(repo)
         return self.request("PATCH", f"/repos/{o}/{r}/issues/{int(number)}", json=fields).json()
+
+
+def _never_sent(exc: requests.exceptions.RequestException) -> bool:
+    """True when the request surely never reached GitHub (no connection was made)."""
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
 
 
 def _json_or_none(resp: requests.Response) -> Any:
