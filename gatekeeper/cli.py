@@ -130,9 +130,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if result.outcome is None:
         print(result.notice)
         if args.json:
-            _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2) + "\n")
+            _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2, allow_nan=False) + "\n")
         if args.markdown:
-            _atomic_write(Path(args.markdown), f"### ✅ {result.notice}\n")
+            _atomic_write(Path(args.markdown), f"### ✅ {report.escape_untrusted(result.notice, 1000)}\n")
         return EXIT_OK
     code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)})
     if args.print_markdown:
