@@ -408,6 +408,9 @@ def main(env: dict[str, str] | None = None) -> int:
         ev = error_evaluation(str(err))
     except OSError as err:  # unreadable/unwritable paths: an input problem, not a crash
         ev = error_evaluation(f"{getattr(err, 'filename', None) or 'file'}: {err.strerror or err}")
+    except Exception as err:  # noqa: BLE001 - a crash must read as an error (2), never as exit 1
+        _log_traceback(console)
+        ev = error_evaluation(f"internal error ({type(err).__name__}: {err}); please report it with the log")
     code = ev.code
     if code == 1 and inputs["fail-on"] == "never":
         code = 0
@@ -429,15 +432,31 @@ def main(env: dict[str, str] | None = None) -> int:
     summary = ev.markdown
     if job.notes:
         summary += "\n\n#### Publishing\n" + "\n".join(f"- {_md_note(n)}" for n in job.notes)
-    ci.append_summary(env.get("GITHUB_STEP_SUMMARY"), summary + "\n")
-    ci.write_outputs(env.get("GITHUB_OUTPUT"), {
+    outputs = {
         "verdict": ev.verdict,
         "regressions": str(len(ev.regressions)),
         "report-json": report_path,
         "comment-url": comment_url,
-    })
+    }
+    for what, write in (
+        ("job summary", lambda: ci.append_summary(env.get("GITHUB_STEP_SUMMARY"), summary + "\n")),
+        ("step outputs", lambda: ci.write_outputs(env.get("GITHUB_OUTPUT"), outputs)),
+    ):
+        try:
+            write()
+        except OSError as err:  # the runner's files, not ours: say so, keep the gate's code
+            console.annotate("warning", f"could not write the {what}: {err.strerror or err}", title="gatekeeper")
     console.line(f"gatekeeper: {ev.verdict} (exit {code})")
     return code
+
+
+def _log_traceback(console: ci.Console) -> None:
+    """The traceback, folded, with workflow commands off (it can quote untrusted text)."""
+    import traceback
+
+    with console.group("gatekeeper: internal error details") as log:
+        for line in traceback.format_exc().splitlines():
+            log(line)
 
 
 def _md_note(text: str) -> str:
@@ -464,6 +483,9 @@ def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
         written = store.promote(ev.run_dir, ev.suite)
     except GateError as err:
         job.warn(f"promote-on-green: {err}")
+        return
+    except Exception as err:  # noqa: BLE001 - promotion must not turn a pass into a crash
+        job.warn(f"promote-on-green failed ({type(err).__name__}: {err}); the verdict stands")
         return
     job.console.line(f"promoted this run as the new baseline: {written}")
     ev.markdown += f"\n\nPromoted this run as the new baseline: `{written.name}` (commit it to keep it)."

@@ -97,9 +97,13 @@ def act(ws: Path, gh: FakeGitHub | None, capfd, event: str, payload: dict, env_o
     out, err = capfd.readouterr()
     outputs_text = (ws.parent / "output").read_text()
     return {
-        "code": code, "out": out, "err": err, "summary": (ws.parent / "summary.md").read_text(),
+        "code": code, "out": out, "err": err, "summary": _read(ws.parent / "summary.md"),
         "outputs": _parse_outputs(outputs_text), "outputs_text": outputs_text,
     }
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def _parse_outputs(text: str) -> dict[str, str]:
@@ -210,6 +214,24 @@ def test_bad_input_is_exit_2_with_one_clear_line(ws, gh, capfd):
     assert "Traceback" not in res["err"]
     res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/missing")
     assert res["code"] == 2 and "runs/missing" in res["out"]
+
+
+def test_an_unexpected_crash_is_exit_2_not_a_regression(ws, gh, capfd):
+    # A malformed payload (head is not an object) used to escape as a traceback with exit 1,
+    # which CI reads as "regression".
+    payload = {"pull_request": {"number": 12, "head": "evil", "base": {"sha": BASE}}}
+    res = act(ws, gh, capfd, "pull_request", payload, candidate="runs/harmless.json.gz")
+    assert res["code"] == 2 and res["outputs"]["verdict"] == "error"
+    assert re.search(r"^::error title=gatekeeper::internal error \(AttributeError", res["out"], re.M)
+    assert "Traceback" not in res["err"]
+    assert_token_hidden(res)
+
+
+def test_an_unwritable_summary_does_not_change_the_exit_code(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz",
+              env_over={"GITHUB_STEP_SUMMARY": str(ws / "no-such-dir" / "summary.md")})
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail"
+    assert "could not write the job summary" in res["out"]
 
 
 def test_annotations_are_capped_at_ten(ws, gh, capfd):
