@@ -384,7 +384,8 @@ def _write_report_json(job: Job, ev: Evaluation) -> str:
 def main(env: dict[str, str] | None = None) -> int:
     env = dict(os.environ if env is None else env)
     console = ci.Console()
-    token = env.get("INPUT_GITHUB-TOKEN") or env.get("INPUT_GITHUB_TOKEN") or ""
+    # Stripped: a secret pasted with a trailing newline would make every call an invalid header.
+    token = (env.get("INPUT_GITHUB-TOKEN") or env.get("INPUT_GITHUB_TOKEN") or "").strip()
     if token:
         console.mask(token)  # first thing: nothing printed later can reveal it
     job = Job(

@@ -151,6 +151,16 @@ def test_untrusted_text_cannot_ping_or_inject(ws, gh, capfd):
     assert row.count("|") - row.count("\\|") == 4  # the model name's pipe does not add a column
 
 
+def test_a_token_pasted_with_a_trailing_newline_still_works(ws, gh, capfd):
+    # Secrets pasted with a newline are common; "Bearer <token>\n" is an invalid header, so
+    # every call used to fail (and be retried) with the comment never posted.
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz",
+              env_over={"INPUT_GITHUB-TOKEN": f"  {TOKEN}\n"})
+    assert res["code"] == 0 and len(gh.comment_bodies(12)) == 1
+    assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in gh.requests)
+    assert_token_hidden(res)
+
+
 def test_fail_on_never_reports_but_passes(ws, gh, capfd):
     res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz", fail_on="never")
     assert res["code"] == 0 and res["outputs"]["verdict"] == "fail"

@@ -144,6 +144,7 @@ class GitHubClient:
                 "User-Agent": f"gatekeeper/{__version__} (+github-action)",
             }
         )
+        token = (token or "").strip()  # a trailing newline would make the header invalid
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
