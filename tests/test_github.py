@@ -61,6 +61,24 @@ def test_marker_on_page_two_is_found_through_link_headers(gh):
     assert all(r.query["per_page"] == ["100"] for r in gets)
 
 
+def test_a_next_link_to_another_host_does_not_get_the_token(gh):
+    other = FakeGitHub(REPO).start()
+    try:
+        gh.fail("GET", r"/comments$", 200, body=[gh.add_comment(7, "human")],
+                headers={"Link": f'<{other.url}/repos/{REPO}/issues/7/comments?page=2>; rel="next"'})
+        result = comment.upsert_sticky(client(gh), REPO, 7, "demo", "x")
+    finally:
+        other.stop()
+    assert other.requests == []
+    assert result.action == "failed" and "another host" in result.reason
+
+
+def test_an_error_body_echoing_the_token_is_redacted(gh):
+    gh.fail("GET", r"/comments$", 404, body={"message": f"no such token Bearer {TOKEN}"})
+    result = comment.upsert_sticky(client(gh), REPO, 7, "demo", "x")
+    assert result.action == "failed" and "404" in result.reason and TOKEN not in result.reason
+
+
 def test_two_suites_keep_two_comments(gh):
     c = client(gh)
     for _ in range(2):

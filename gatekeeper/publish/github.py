@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -145,6 +145,7 @@ class GitHubClient:
             }
         )
         token = (token or "").strip()  # a trailing newline would make the header invalid
+        self._token = token
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
@@ -152,8 +153,16 @@ class GitHubClient:
 
     def _url(self, path_or_url: str) -> str:
         if path_or_url.startswith(("http://", "https://")):
+            # Absolute URLs come from Link headers. The session sends the token with every
+            # request, so follow them only to the API's own scheme and host.
+            if urlsplit(path_or_url)[:2] != urlsplit(self.api_url)[:2]:
+                raise GitHubError(f"refusing to follow a link to another host ({urlsplit(path_or_url).netloc})")
             return path_or_url
         return self.api_url + path_or_url
+
+    def _redact(self, text: str) -> str:
+        """Error text from a server (or a proxy that echoes requests) without the token."""
+        return text.replace(self._token, "***") if self._token else text
 
     def _rate_limit_wait(self, resp: requests.Response) -> float | None:
         """Seconds GitHub asks us to wait, or None when the 403/429 is not about rate limits."""
@@ -218,7 +227,7 @@ class GitHubClient:
                     return resp
                 body = _json_or_none(resp)
                 err = GitHubError(
-                    f"{method} {path}: HTTP {resp.status_code} {_short(body, resp.text)}",
+                    f"{method} {path}: HTTP {resp.status_code} {self._redact(_short(body, resp.text))}",
                     status=resp.status_code,
                     body=body,
                 )
