@@ -186,6 +186,14 @@ def test_fork_pr_on_self_hosted_runner_is_refused(ws, gh, capfd):
     assert "workflow\\_run" in res["summary"] or "workflow_run" in res["summary"]
 
 
+@pytest.mark.parametrize("event", ["pull_request_review", "pull_request_review_comment"])
+def test_fork_code_from_other_pr_events_is_refused_on_self_hosted(ws, gh, capfd, event):
+    # These events also check out the PR's (fork) code; only the event name differs.
+    res = act(ws, gh, capfd, event, pr_event("evil/fork", fork=True), candidate="runs/harmless.json.gz",
+              env_over={"RUNNER_ENVIRONMENT": "self-hosted"})
+    assert res["code"] == 2 and res["outputs"]["verdict"] == "refused"
+
+
 def test_fork_pr_with_read_only_token_falls_back_to_the_summary(ws, gh, capfd, monkeypatch):
     gh.read_only = True
     res = act(ws, gh, capfd, "pull_request", pr_event("evil/fork", fork=True), candidate="runs/regressed.json.gz")

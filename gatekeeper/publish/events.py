@@ -62,9 +62,12 @@ class Event:
         return before if before and set(before) != {"0"} else None
 
     def fork_source(self) -> str | None:
-        """The fork's full name when this is a PR from a fork, else None."""
+        """The fork's full name when this is a PR from a fork, else None.
+
+        Any event whose payload carries a pull request counts (pull_request_review and
+        pull_request_review_comment check out the PR's code too), not only PR_EVENTS."""
         pr = self.pull_request
-        if self.name not in PR_EVENTS or not pr:
+        if not pr:
             return None
         head_repo = (pr.get("head") or {}).get("repo")
         base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
