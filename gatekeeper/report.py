@@ -194,8 +194,11 @@ def headline(outcome: Outcome, ctx: ReportContext | None = None) -> str:
     if ctx.baseline_ref or ctx.candidate_ref:
         refs = f" ({ctx.baseline_ref or 'baseline'} → {ctx.candidate_ref or 'candidate'})"
     if outcome.regressions:
+        # One line whatever the task names hold: the headline is printed to the job log, where
+        # a line starting with "::" would be read as a workflow command.
         worst = ", ".join(
-            f"{c.key.task} {c.key.metric} {_signed(c.test.delta)}" for c in outcome.regressions[:3]
+            " ".join(f"{c.key.task} {c.key.metric}".split()) + f" {_signed(c.test.delta)}"
+            for c in outcome.regressions[:3]
         )
         more = "…" if len(outcome.regressions) > 3 else ""
         n = len(outcome.regressions)

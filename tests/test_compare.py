@@ -201,3 +201,13 @@ def test_policy_rejects_margins_that_are_not_finite_drops(bad):
         Policy.from_dict({"margin": bad})
     with pytest.raises(GateError, match="margins must be finite"):
         Policy.from_dict({"rules": [{"task": "t", "margin": bad}]})
+
+
+def test_headline_is_one_line_even_with_hostile_task_names():
+    base = _binary(500, 0.8, 12)
+    cand = _flip(base, np.flatnonzero(base == 1)[:100])
+    name = "t\n::error::fake"
+    out = compare_runs(run(series(name, "acc", base)), run(series(name, "acc", cand)), Policy())
+    line = report.headline(out)
+    assert "\n" not in line and not line.startswith("::")
+    assert report.render_terminal(out).splitlines()[-1].startswith("FAIL: ")
