@@ -381,8 +381,8 @@ def render_terminal(outcome: Outcome) -> str:
         metric = c.key.metric if c.key.filter == "none" else f"{c.key.metric},{c.key.filter}"
         rows.append(
             (
-                c.key.task,
-                metric + ("" if c.gated else " (info)"),
+                " ".join(c.key.task.split()),  # one row per comparison, whatever the name holds
+                " ".join(metric.split()) + ("" if c.gated else " (info)"),
                 fmt_num(t.baseline),
                 fmt_num(t.candidate),
                 f"{_signed(t.delta)} [{_signed(t.ci_low)}, {_signed(t.ci_high)}]",

@@ -210,4 +210,6 @@ def test_headline_is_one_line_even_with_hostile_task_names():
     out = compare_runs(run(series(name, "acc", base)), run(series(name, "acc", cand)), Policy())
     line = report.headline(out)
     assert "\n" not in line and not line.startswith("::")
-    assert report.render_terminal(out).splitlines()[-1].startswith("FAIL: ")
+    term = report.render_terminal(out).splitlines()
+    assert term[-1].startswith("FAIL: ")
+    assert not any(ln.startswith("::") for ln in term)
