@@ -367,12 +367,11 @@ def _write_report_json(job: Job, ev: Evaluation) -> str:
         return ""
     base = ev.run_dir if ev.run_dir and ev.run_dir.is_dir() else job.workspace / ".gatekeeper"
     path = base / "gatekeeper-report.json"
+    from gatekeeper.store import atomic_write_bytes
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(ev.report_json, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as err:
+        atomic_write_bytes(path, (json.dumps(ev.report_json, indent=2) + "\n").encode("utf-8"))
+    except GateError as err:
         job.warn(f"could not write the JSON report: {err}")
         return ""
     try:

@@ -55,9 +55,10 @@ def _emit(outcome, args: argparse.Namespace, extra: dict[str, Any] | None = None
 
 
 def _policy_from_args(args: argparse.Namespace):
-    from gatekeeper.policy import Policy, load_policy
+    """The policy (file values, then command-line overrides) and the suite when --policy names one."""
+    from gatekeeper.policy import Policy, read_policy_file
 
-    policy = load_policy(args.policy) if args.policy else Policy()
+    policy, suite = read_policy_file(args.policy) if args.policy else (Policy(), None)
     # Command-line values override the file; None means "not given".
     if args.alpha is not None:
         policy.alpha = args.alpha
@@ -68,36 +69,21 @@ def _policy_from_args(args: argparse.Namespace):
     if args.resamples is not None:
         policy.resamples = args.resamples
     policy.validate("command line")
-    return policy
+    return policy, suite
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from gatekeeper.compare import attach_snippets, compare_runs, load_any, merge_repeats
 
     _check_writable(args.json, args.markdown)
-    policy = _policy_from_args(args)
-    cluster_keys = None
-    suite_name = None
-    if args.policy and _is_suite(args.policy):
-        from gatekeeper.suite import load_suite
-
-        suite = load_suite(args.policy)
-        cluster_keys, suite_name = suite.cluster_keys(), suite.name
+    policy, suite = _policy_from_args(args)
+    cluster_keys = suite.cluster_keys() if suite else None
+    suite_name = suite.name if suite else None
     baseline = merge_repeats([load_any(p, cluster_keys=cluster_keys) for p in [args.baseline, *args.also_baseline]])
     candidate = merge_repeats([load_any(p, cluster_keys=cluster_keys) for p in [args.candidate, *args.also_candidate]])
     outcome = compare_runs(baseline, candidate, policy, suite=suite_name, seed=args.seed)
     attach_snippets(outcome)
     return _emit(outcome, args)
-
-
-def _is_suite(path: str) -> bool:
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return False
-    return isinstance(data, dict) and "tasks" in data
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -235,10 +235,8 @@ def _manifest(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     if not b or not c:
         return []  # only one side has a manifest: nothing meaningful to compare
     out = []
-    changed = sorted(
-        name for name in set(b.get("model_files") or {}) | set(c.get("model_files") or {})
-        if (b.get("model_files") or {}).get(name) != (c.get("model_files") or {}).get(name)
-    )
+    b_files, c_files = b.get("model_files") or {}, c.get("model_files") or {}
+    changed = sorted(name for name in set(b_files) | set(c_files) if b_files.get(name) != c_files.get(name))
     if changed:
         out.append(f"model files differ (sha256): {', '.join(changed)}")
     bf = _flatten({k: b[k] for k in _MANIFEST_CONTEXT if k in b}, prefix="")

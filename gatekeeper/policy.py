@@ -122,6 +122,11 @@ class Policy:
 
 def load_policy(path: str | Path) -> Policy:
     """Read a policy file, or the policy of a suite file (see ``gatekeeper.suite``)."""
+    return read_policy_file(path)[0]
+
+
+def read_policy_file(path: str | Path) -> tuple[Policy, Any]:
+    """The policy in a policy file or a suite file, and the ``Suite`` when it is one (else None)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -136,7 +141,8 @@ def load_policy(path: str | Path) -> Policy:
     if isinstance(data, dict) and "tasks" in data:
         from gatekeeper.suite import load_suite  # a suite file: its policy section and task rules
 
-        return load_suite(path).policy
+        suite = load_suite(path)
+        return suite.policy, suite
     if isinstance(data, dict) and "policy" in data:
         data = data["policy"]
-    return Policy.from_dict(data or {}, where=str(path))
+    return Policy.from_dict(data or {}, where=str(path)), None
