@@ -17,7 +17,6 @@ from gatekeeper.compat import Difference, check_compatible, pair_series
 from gatekeeper.model import GateError, RunResults, SeriesKey
 from gatekeeper.policy import Policy
 
-VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
 POWER = 0.8
 
 
