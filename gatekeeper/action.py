@@ -27,7 +27,7 @@ FAIL_ON = ("regression", "never")
 # Inputs a workflow_dispatch event may override (never the token: dispatch inputs are public).
 DISPATCHABLE = (
     "suite", "model", "baseline", "command", "comment", "fail-on", "candidate",
-    "promote-on-green", "out", "revision",
+    "promote-on-green", "out", "revision", "bootstrap",
 )
 DEFAULTS = {
     "suite": "gatekeeper.yaml",
@@ -43,6 +43,7 @@ DEFAULTS = {
     "out": ".gatekeeper-work",
     "revision": "",
     "pr-number": "",
+    "bootstrap": "false",
 }
 FORK_DOC = "docs/action.md#fork-pull-requests"
 
@@ -216,8 +217,11 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
         from gatekeeper.gate import run_gate
 
         baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
+        # Recording a first baseline is a maintainer's explicit choice, never a pull request's.
+        bootstrap = inputs.flag("bootstrap") and job.event.pr_number is None
         result = run_gate(
-            suite.path, model, out_dir=out, baseline=baseline, revision=inputs["revision"] or None, log=log
+            suite.path, model, out_dir=out, baseline=baseline, record_missing=bootstrap,
+            revision=inputs["revision"] or None, log=log,
         )
     if result.outcome is None:
         notice = result.notice or "No baseline yet."

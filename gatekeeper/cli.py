@@ -112,7 +112,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     _check_writable(args.json, args.markdown)
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
     result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
-                      revision=args.revision, device=args.device)
+                      record_missing=args.record_missing, revision=args.revision, device=args.device)
     if result.outcome is None:
         print(result.notice)
         if args.json:
@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision")
     p.add_argument("--baseline", help="baseline file (default: the suite's)")
     p.add_argument("--out", help="run output directory (default: a temporary directory)")
+    p.add_argument("--record-missing", action="store_true",
+                   help="when the baseline file does not exist, record this run as the first baseline "
+                        "(without it, a missing baseline is an error)")
     p.add_argument("--device")
     _add_report_flags(p)
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")

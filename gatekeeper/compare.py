@@ -161,6 +161,19 @@ def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib
     return [int(d) for d in doc_ids[(base == good) & (cand == bad)]]
 
 
+def _refuse_gated_untestable(candidate: RunResults, policy: Policy) -> None:
+    """A gated metric that cannot be tested would silently pass: refuse it (fail closed)."""
+    gated = [(key, agg) for key, agg in sorted(candidate.untestable.items(), key=lambda kv: str(kv[0]))
+             if policy.lookup(key, _parents(candidate, key.task))[1]]
+    if gated:
+        (key, agg), more = gated[0], len(gated) - 1
+        raise GateError(
+            f"{candidate.provenance.source}: {key} is gated but its aggregation {agg!r} cannot be tested "
+            f"by gatekeeper{f' (and {more} more)' if more else ''}; mark it informational "
+            f"(metrics: [{{metric: {key.metric}, gate: false}}]) or drop it from the suite"
+        )
+
+
 def compare_runs(
     baseline: RunResults,
     candidate: RunResults,
@@ -176,6 +189,7 @@ def compare_runs(
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise GateError(f"runs are not comparable: {errors[0]}{more}; all: " + "; ".join(errors))
 
+    _refuse_gated_untestable(candidate, policy)
     warnings: list[str] = []
     pending = []
     for key in sorted(baseline.series, key=str):
@@ -234,5 +248,7 @@ def compare_runs(
         candidate=candidate,
         policy=policy,
         suite=suite,
-        notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes],
+        notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes]
+        + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
+            candidate.untestable.items(), key=lambda kv: str(kv[0]))],
     )

@@ -1,6 +1,8 @@
 """``gatekeeper gate``: run the pinned suite, compare with the stored baseline, decide.
 
-With no baseline yet, the run becomes the first baseline and the gate passes with a notice.
+No baseline is never a pass: without one the gate stops with exit 2 before evaluating, unless
+the caller explicitly asks to record the first baseline (``record_missing``, the CLI's
+``--record-missing``, the action's ``bootstrap`` input, never on a pull request).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from gatekeeper.compare import Outcome, attach_snippets, compare_runs
 from gatekeeper.model import GateError
+from gatekeeper.policy import Policy
 
 
 @dataclass
@@ -29,6 +32,8 @@ def run_gate(
     *,
     out_dir: str | Path,
     baseline: str | Path | None = None,
+    policy: Policy | None = None,
+    record_missing: bool = False,
     revision: str | None = None,
     device: str | None = None,
     log: Callable[[str], Any] = print,
@@ -40,6 +45,13 @@ def run_gate(
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     if baseline_path.exists() and not baseline_path.is_file():
         raise GateError(f"{baseline_path}: baseline path is a directory, expected a .json.gz file")
+    if not baseline_path.exists() and not record_missing:
+        # A typo in --baseline or a baseline missing in CI must not turn the candidate into the
+        # reference it is judged against.
+        raise GateError(
+            f"{baseline_path}: no baseline file; record one on purpose with "
+            "`gatekeeper gate --record-missing ...` (or `gatekeeper baseline record RUN_DIR --suite ...`)"
+        )
     stored = None
     if baseline_path.is_file():
         # Fail on a corrupt or foreign baseline before spending GPU time on the run.
@@ -54,6 +66,6 @@ def run_gate(
         )
         return GateResult(0, None, notice, run_dir, {"verdict": "pass", "notice": notice, "comparisons": []})
     candidate = results.load_run(run_dir, cluster_keys=suite.cluster_keys())
-    outcome = compare_runs(stored, candidate, suite.policy, suite=suite.name)
+    outcome = compare_runs(stored, candidate, policy or suite.policy, suite=suite.name)
     attach_snippets(outcome)
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome))

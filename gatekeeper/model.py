@@ -128,6 +128,8 @@ class RunResults:
     group_subtasks: {group: [subtask, ...]}.
     snippets: {(task, filter): {doc_id: ItemSnippet}} from samples files; empty for baselines.
     notes:    human-readable remarks made while loading ("3 runs in DIR, took the newest: ...").
+    untestable: {(task, filter, metric): aggregation name} for metrics the run reported but
+              gatekeeper cannot test (unknown aggregation); a suite that gates one is an error.
     """
 
     provenance: Provenance
@@ -136,6 +138,7 @@ class RunResults:
     group_subtasks: dict[str, list[str]] = field(default_factory=dict)
     snippets: dict[tuple[str, str], dict[int, ItemSnippet]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    untestable: dict[SeriesKey, str] = field(default_factory=dict)
 
     @property
     def tasks(self) -> list[str]:

@@ -258,6 +258,16 @@ def _aggregations(config: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def aggregation_name(agg: str) -> str:
+    """A short name for an aggregation: lm-eval writes a ``!function`` aggregation's whole
+    Python source into results.json; its ``def`` line names it."""
+    match = re.search(r"^\s*def\s+([A-Za-z_]\w*)", agg, re.MULTILINE)
+    if match:
+        return f"!function {match.group(1)}"
+    first = agg.strip().splitlines()[0] if agg.strip() else agg
+    return first if len(first) <= 60 else first[:57] + "..."
+
+
 def _kind(aggregation: str) -> str | None:
     if aggregation == "mean":
         return "mean"
@@ -688,7 +698,7 @@ def _task_series(
     data: dict[str, Any],
     task: str,
     cluster_field: str | None,
-    notes: list[str],
+    untestable: dict[SeriesKey, str],
 ) -> dict[SeriesKey, MetricSeries]:
     config = data["configs"].get(task) or {}
     entry = data["results"].get(task)
@@ -703,9 +713,8 @@ def _task_series(
         agg = aggregations.get(metric, _DEFAULT_AGGREGATION.get(metric, "mean"))
         kind = _kind(agg)
         if kind is None:
-            notes.append(
-                f"{task}: {metric},{filt} uses aggregation {agg!r}, which gatekeeper cannot test; skipped"
-            )
+            # Recorded, not dropped: whoever gates this metric must hear that it cannot be tested.
+            untestable[SeriesKey(task, filt, metric)] = aggregation_name(agg)
             continue
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise GateError(f"{results_file}: {task} {metric},{filt} is {_short(value)}, not a number")
@@ -851,8 +860,9 @@ def load_run(
         notes.append(f"cluster key given for {task}, which is not a task of this run; ignored")
 
     series: dict[SeriesKey, MetricSeries] = {}
+    untestable: dict[SeriesKey, str] = {}
     for task in leaf_tasks:
-        series.update(_task_series(results_file, data, task, cluster_keys.get(task), notes))
+        series.update(_task_series(results_file, data, task, cluster_keys.get(task), untestable))
     groups, group_subtasks = _groups(data)
     run = RunResults(
         provenance=_provenance(results_file, data, manifest),
@@ -860,6 +870,7 @@ def load_run(
         groups=groups,
         group_subtasks=group_subtasks,
         notes=notes,
+        untestable=untestable,
     )
     if snippets:
         wanted: dict[tuple[str, str], set[int]] = {}

@@ -72,9 +72,17 @@ def test_base_rerun_reproduces_the_baseline_exactly(tmp_path_factory):
             assert np.array_equal(s.values, f.values), key  # bit for bit on CPU
 
 
-def test_no_baseline_records_the_first_one_and_passes(tmp_path):
+def test_no_baseline_is_an_error_before_anything_runs(tmp_path):
     target = tmp_path / "baselines" / "demo.json.gz"
-    result = run_gate(SUITE, str(CKPT / "base"), out_dir=tmp_path / "run", baseline=target, log=lambda *_: None)
+    with pytest.raises(GateError, match="no baseline file.*--record-missing"):
+        run_gate(SUITE, str(CKPT / "regressed"), out_dir=tmp_path / "run", baseline=target, log=lambda *_: None)
+    assert not target.exists() and not (tmp_path / "run").exists()
+
+
+def test_no_baseline_records_the_first_one_when_asked(tmp_path):
+    target = tmp_path / "baselines" / "demo.json.gz"
+    result = run_gate(SUITE, str(CKPT / "base"), out_dir=tmp_path / "run", baseline=target,
+                      record_missing=True, log=lambda *_: None)
     assert result.exit_code == 0 and result.outcome is None
     assert "first baseline" in result.notice
     assert store.load_baseline(target).provenance.suite_hash == store.load_baseline(BASELINE).provenance.suite_hash

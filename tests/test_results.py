@@ -271,16 +271,23 @@ def test_list_values_of_a_mean_metric_are_averaged(good_copy):
     assert set(np.unique(s.values)) <= {0.5, 1.0} and s.values.mean() == pytest.approx(mean)
 
 
-def test_an_aggregation_gatekeeper_cannot_test_is_skipped_with_a_note(good_copy):
+def test_an_aggregation_gatekeeper_cannot_test_is_recorded_as_untestable(good_copy):
     from tests.lmeval_fixtures import edit_results
 
     edit_results(good_copy, lambda d: d["configs"]["arith_mc"]["metric_list"][1].update(aggregation="median"))
     run = results.load_run(good_copy)
     assert SeriesKey("arith_mc", "none", "acc_norm") not in run.series
     assert SeriesKey("arith_mc", "none", "acc") in run.series
-    assert run.notes == [
-        "arith_mc: acc_norm,none uses aggregation 'median', which gatekeeper cannot test; skipped"
-    ]
+    assert run.untestable == {SeriesKey("arith_mc", "none", "acc_norm"): "median"}
+
+
+def test_a_function_aggregation_is_named_not_printed(good_copy):
+    from tests.lmeval_fixtures import edit_results
+
+    source = "def my_f1(items):\n    import sklearn\n    return 0.5\n"
+    edit_results(good_copy, lambda d: d["configs"]["arith_mc"]["metric_list"][1].update(aggregation=source))
+    run = results.load_run(good_copy)
+    assert run.untestable == {SeriesKey("arith_mc", "none", "acc_norm"): "!function my_f1"}
 
 
 def test_attach_snippets_reads_only_the_wanted_items(lmeval_runs):
