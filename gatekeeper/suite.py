@@ -105,7 +105,14 @@ class Suite:
 def load_suite(path: str | Path) -> Suite:
     """Read, validate and default-fill a suite file; GateError lists every problem."""
     path = Path(path)
-    data, root = _parse(path)
+    return load_suite_text(_read(path), path)
+
+
+def load_suite_text(text: str, path: str | Path) -> Suite:
+    """A suite from its text, as if it were the file at ``path`` (relative paths resolve
+    against ``path``'s folder): how the action reads the suite of a pull request's base commit."""
+    path = Path(path)
+    data, root = _parse(text, path)
     found = sorted(set(_schema_errors(data, root) + _semantic_errors(data, root, path)))
     if found:
         raise GateError("\n".join(_fmt(path, line, where, msg) for line, where, msg in found))
@@ -159,13 +166,16 @@ def fill_defaults(data: dict) -> dict:
 # ----------------------------------------------------------------------------- parsing
 
 
-def _parse(path: Path) -> tuple[Any, yaml.Node | None]:
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GateError(f"{path}: suite file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise GateError(f"{path}: cannot read suite file ({exc})") from None
+
+
+def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
