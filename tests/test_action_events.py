@@ -61,7 +61,36 @@ def ws(tmp_path: Path) -> Path:
     save("harmless", series("arith_mc", "acc", _values(1)))
     save("regressed", series("arith_mc", "acc", _values(60)),
          model="@octocat #12 <script>alert(1)</script> a|b")
+    git(tmp_path, "init", "-q", "-b", "main")
+    commit_base(tmp_path)
     return tmp_path
+
+
+def git(cwd: Path, *args: str) -> str:
+    """git in a test repository, with a fixed identity and no user configuration."""
+    env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    proc = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def commit(ws: Path, message: str, *paths: str) -> str:
+    """Commit the suite and the baselines (never runs/: those are the job's own files)."""
+    git(ws, "add", "-A", "--", *(paths or ("gatekeeper.yaml", ".gatekeeper")))
+    git(ws, "commit", "-q", "--allow-empty", "-m", message)
+    return git(ws, "rev-parse", "HEAD")
+
+
+def commit_base(ws: Path, *paths: str) -> str:
+    """Commit and mark the commit the pull requests of these tests start from (tag ``base``)."""
+    sha = commit(ws, "base", *paths)
+    git(ws, "tag", "-f", "base")
+    return sha
+
+
+def base_of(ws: Path) -> str:
+    return git(ws, "rev-parse", "base^{commit}")
 
 
 def event_file(ws: Path, payload: dict) -> str:
@@ -77,6 +106,9 @@ def pr_event(head_repo: str = REPO, fork: bool = False) -> dict:
 
 def act(ws: Path, gh: FakeGitHub | None, capfd, event: str, payload: dict, env_over: dict | None = None,
         **inputs: str) -> dict:
+    """Run the action; ``BASE`` in the payload stands for the workspace repository's base commit."""
+    if (ws / ".git").exists():
+        payload = json.loads(json.dumps(payload).replace(BASE, base_of(ws)))
     env = {
         "GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": event_file(ws, payload), "GITHUB_SHA": HEAD,
         "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": gh.url if gh else "http://127.0.0.1:9",
@@ -130,7 +162,7 @@ def test_pull_request_regression_posts_one_sticky_comment_then_edits_it(ws, gh, 
     report = ws / res["outputs"]["report-json"]
     assert not Path(res["outputs"]["report-json"]).is_absolute() and json.loads(report.read_text())["verdict"] == "fail"
     assert re.search(r"^::error title=gatekeeper%3A regression::arith_mc/acc,none: ", res["out"], re.M)
-    assert "aaaaaaa → bbbbbbb" in body  # base and head short SHAs
+    assert f"{base_of(ws)[:7]} → bbbbbbb" in body  # base and head short SHAs
     assert "https://github.example/octo/repo/actions/runs/42" in body
     assert "❌" in res["summary"]
     assert_token_hidden(res)
@@ -261,6 +293,7 @@ def test_annotations_are_capped_at_ten(ws, gh, capfd):
         path = ws / (".gatekeeper/baselines/demo.json.gz" if name == "demo" else "runs/many.json.gz")
         store.save_baseline(run(*[series(t, "acc", _values(drop)) for t in tasks]), path,
                             suite_name="demo", suite_hash=suite.hash)
+    commit_base(ws)
     res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/many.json.gz")
     errors = [ln for ln in res["out"].splitlines() if ln.startswith("::error")]
     assert res["code"] == 1 and res["outputs"]["regressions"] == "15"
