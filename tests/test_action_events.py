@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from gatekeeper import action, store
 from gatekeeper.publish import comment
@@ -76,8 +77,10 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def commit(ws: Path, message: str, *paths: str) -> str:
-    """Commit the suite and the baselines (never runs/: those are the job's own files)."""
-    git(ws, "add", "-A", "--", *(paths or ("gatekeeper.yaml", ".gatekeeper")))
+    """Commit ``paths`` (default: the suite and the baselines; never runs/, the job's own files);
+    ``-`` commits what is staged."""
+    if paths != ("-",):
+        git(ws, "add", "-A", "--", *(paths or ("gatekeeper.yaml", ".gatekeeper")))
     git(ws, "commit", "-q", "--allow-empty", "-m", message)
     return git(ws, "rev-parse", "HEAD")
 
@@ -107,7 +110,7 @@ def pr_event(head_repo: str = REPO, fork: bool = False) -> dict:
 def act(ws: Path, gh: FakeGitHub | None, capfd, event: str, payload: dict, env_over: dict | None = None,
         **inputs: str) -> dict:
     """Run the action; ``BASE`` in the payload stands for the workspace repository's base commit."""
-    if (ws / ".git").exists():
+    if (ws / ".git").exists() and git(ws, "tag", "--list", "base"):
         payload = json.loads(json.dumps(payload).replace(BASE, base_of(ws)))
     env = {
         "GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": event_file(ws, payload), "GITHUB_SHA": HEAD,
@@ -204,6 +207,138 @@ def test_comment_never_and_on_regression(ws, gh, capfd):
     assert gh.comment_bodies(12) == []
     res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz", comment="on-regression")
     assert len(gh.comment_bodies(12)) == 1 and res["outputs"]["comment-url"]
+
+
+# -- a pull request cannot choose its own baseline or policy ----------------------------------
+
+
+def _pr_edits(ws: Path, suite_text: str) -> None:
+    """The PR's head: its baseline is the regressed run (so "no change"), and a new suite policy."""
+    shutil.copy(ws / "runs/regressed.json.gz", ws / ".gatekeeper/baselines/demo.json.gz")
+    (ws / "gatekeeper.yaml").write_text(suite_text)
+    commit(ws, "head: edit the baseline and the policy")
+
+
+LOOSER = {
+    "margin": (SUITE.replace("margin: 0.1", "margin: 0.5"),
+               ["- default margin: loosened (0.1 → 0.5)", "- arith_mc / none / acc: loosened (margin 0.1 → margin 0.5)"]),
+    "ungate": (SUITE + "    metrics:\n      - {metric: acc, gate: false}\n",
+               ["- arith_mc / none / acc: no longer gated (informational)"]),
+}
+
+
+@pytest.mark.parametrize("how", sorted(LOOSER))
+def test_a_pr_that_edits_its_baseline_and_loosens_the_policy_is_gated_against_the_base(ws, gh, capfd, how):
+    suite_text, listed = LOOSER[how]
+    _pr_edits(ws, suite_text)
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail", res["out"]  # the base's baseline and policy
+    (body,) = gh.comment_bodies(12)
+    plain = body.replace("\\", "")  # markdown escapes off
+    assert f"policy from the base commit {base_of(ws)[:7]}" in plain
+    assert "This PR edits the baseline .gatekeeper/baselines/demo.json.gz; it is still gated against the base commit's" in plain
+    assert "Policy changes in this PR" in plain and all(line in plain.splitlines() for line in listed), plain
+    assert body.startswith("### ❌")
+    # The PR's own files are untouched, and the base copy did not land in the workspace.
+    assert (ws / ".gatekeeper/baselines/demo.json.gz").read_bytes() == (ws / "runs/regressed.json.gz").read_bytes()
+    assert git(ws, "status", "--porcelain", "--", "gatekeeper.yaml", ".gatekeeper/baselines") == ""
+
+
+def test_an_unchanged_pr_is_told_where_its_baseline_came_from_and_nothing_else(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
+    assert res["code"] == 0
+    (body,) = gh.comment_bodies(12)
+    assert f"policy from the base commit {base_of(ws)[:7]}" in body
+    assert "edits the baseline" not in body and "Policy changes" not in body
+
+
+def test_push_still_uses_the_checked_out_baseline(ws, gh, capfd):
+    _pr_edits(ws, SUITE.replace("margin: 0.1", "margin: 0.5"))
+    res = act(ws, gh, capfd, "push", {"before": BASE, "after": HEAD, "commits": []}, candidate="runs/regressed.json.gz")
+    assert res["code"] == 0 and res["outputs"]["verdict"] == "pass"  # its own baseline: nothing changed
+
+
+def test_shallow_checkout_fetches_the_base_commit(ws, gh, capfd, tmp_path_factory):
+    _pr_edits(ws, SUITE.replace("margin: 0.1", "margin: 0.5"))
+    clone = tmp_path_factory.mktemp("clone") / "ws"
+    git(ws.parent, "clone", "-q", "--depth", "1", f"file://{ws}", str(clone))
+    shutil.copytree(ws / "runs", clone / "runs")
+    base = base_of(ws)
+    assert subprocess.run(["git", "cat-file", "-e", f"{base}^{{commit}}"], cwd=clone).returncode != 0
+    payload = json.loads(json.dumps(pr_event()).replace(BASE, base))
+    res = act(clone, gh, capfd, "pull_request", payload, candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and "edits the baseline" in gh.comment_bodies(12)[0], res["out"]
+    assert git(clone, "cat-file", "-t", base) == "commit"  # fetched
+
+
+def _one_error_line(res: dict) -> str:
+    (line,) = [ln for ln in res["out"].splitlines() if ln.startswith("::error")]
+    assert "Traceback" not in res["err"] and res["code"] == 2 and res["outputs"]["verdict"] == "error"
+    return line
+
+
+def test_no_git_repository_is_exit_2_never_the_prs_own_baseline(ws, gh, capfd):
+    shutil.rmtree(ws / ".git")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
+    line = _one_error_line(res)
+    assert "not a git repository" in line and "fetch-depth" in line
+
+
+@pytest.mark.parametrize("sha, says", [("f" * 40, "base commit ffffffffffff is not in the checkout"),
+                                       ("main", "is not a full commit id"), ("", "is not a full commit id")])
+def test_an_unknown_or_bad_base_sha_is_exit_2(ws, gh, capfd, sha, says):
+    payload = pr_event()
+    payload["pull_request"]["base"]["sha"] = sha
+    res = act(ws, gh, capfd, "pull_request", payload, candidate="runs/harmless.json.gz", comment="always")
+    assert says in _one_error_line(res)
+    (body,) = gh.comment_bodies(12)
+    assert body.startswith("### ⚠️ gatekeeper could not run")
+
+
+def test_a_pr_that_changes_what_the_suite_measures_is_exit_2(ws, gh, capfd):
+    (ws / "gatekeeper.yaml").write_text(SUITE + "  - name: extra_task\n")
+    commit(ws, "head: a new task")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
+    assert "changes what the suite measures" in _one_error_line(res)
+
+
+def test_a_pr_that_adds_the_suite_is_exit_2(ws, gh, capfd):
+    git(ws, "rm", "-q", "--cached", "gatekeeper.yaml")
+    commit_base(ws, "-")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
+    assert "not in the pull request's base commit" in _one_error_line(res)
+
+
+@pytest.mark.parametrize("command", ["compare", "gate"])
+def test_a_pr_never_bootstraps_its_baseline(ws, gh, capfd, command):
+    # The base has no baseline; the PR adds one and asks for bootstrap: both are refused.
+    git(ws, "rm", "-q", "--cached", ".gatekeeper/baselines/demo.json.gz")
+    commit_base(ws, "-")
+    commit(ws, "head: add a baseline")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz", command=command,
+              model="checkpoints/none", bootstrap="true", comment="always")
+    line = _one_error_line(res)
+    assert "no baseline at the pull request's base commit" in line
+    assert "(the bootstrap input is ignored on pull requests)" in line
+    (body,) = gh.comment_bodies(12)
+    assert "never records its own baseline" in body and "bootstrap input is ignored" in body
+
+
+def test_a_pr_cannot_point_the_baseline_input_at_a_file_it_adds(ws, gh, capfd):
+    shutil.copy(ws / "runs/regressed.json.gz", ws / ".gatekeeper/baselines/mine.json.gz")
+    commit(ws, "head: my own baseline")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz",
+              baseline=".gatekeeper/baselines/mine.json.gz")
+    assert "mine.json.gz: no baseline at the pull request's base commit" in _one_error_line(res)
+
+
+def test_a_pr_cannot_repoint_the_suites_baseline(ws, gh, capfd):
+    shutil.copy(ws / "runs/regressed.json.gz", ws / "mine.json.gz")
+    (ws / "gatekeeper.yaml").write_text(SUITE.replace("tasks:", "baseline: mine.json.gz\ntasks:"))
+    commit(ws, "head: my own baseline", "gatekeeper.yaml", "mine.json.gz")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1  # gated against .gatekeeper/baselines/demo.json.gz of the base
+    assert "moves the suite's baseline file" in gh.comment_bodies(12)[0]
 
 
 # -- fork safety -----------------------------------------------------------------------------
@@ -341,6 +476,30 @@ def test_nightly_opens_updates_and_closes_the_tracking_issue(ws, gh, capfd):
     res = act(ws, gh, capfd, "schedule", {}, candidate="runs/harmless.json.gz")
     assert res["code"] == 0 and issue["state"] == "closed" and issue["state_reason"] == "completed"
     assert gh.statuses == []
+
+
+def test_nightly_comment_url_is_the_tracking_issue_and_action_yml_says_so():
+    meta = yaml.safe_load((Path(__file__).resolve().parents[1] / "action.yml").read_text())
+    text = meta["outputs"]["comment-url"]["description"]
+    assert "tracking issue" in text and "schedule" in text
+
+
+# -- no readable event file ------------------------------------------------------------------
+
+
+def test_unreadable_event_file_on_push_keeps_github_sha_for_the_status(ws, gh, capfd):
+    gh.add_pr(30, HEAD)
+    res = act(ws, gh, capfd, "push", {}, env_over={"GITHUB_EVENT_PATH": str(ws / "missing.json")},
+              candidate="runs/harmless.json.gz")
+    assert res["code"] == 2 and "GITHUB_EVENT_PATH does not exist" in res["out"]
+    assert [(s["sha"], s["state"]) for s in gh.statuses] == [(HEAD, "error")]
+
+
+def test_no_event_file_and_no_sha_skips_the_pull_request_lookup(ws, gh, capfd):
+    res = act(ws, gh, capfd, "push", {}, env_over={"GITHUB_EVENT_PATH": str(ws / "missing.json"), "GITHUB_SHA": None},
+              candidate="runs/harmless.json.gz")
+    assert res["code"] == 2 and gh.statuses == []
+    assert not [r for r in gh.requests if "/commits/" in r.path]  # never GET /commits//pulls
 
 
 # -- workflow_dispatch -----------------------------------------------------------------------
