@@ -571,3 +571,50 @@ def test_real_gate_push_with_model_auto_blocks_the_regressed_checkpoint(demo_ws,
     assert body.startswith("### ❌") and body.endswith(comment.sticky_marker("demo")) and len(body) <= 65_536
     assert (demo_ws / res["outputs"]["report-json"]).is_file()
     assert_token_hidden(res)
+
+
+def _demo_repo(root: Path, *, with_baseline: bool = True) -> tuple[Path, str]:
+    """A workspace repository holding examples/ (checkpoints untracked); returns it and its base commit."""
+    ws = root / "ws"
+    shutil.copytree(EXAMPLES, ws / "examples", ignore=shutil.ignore_patterns(".gatekeeper-work", "__pycache__"))
+    if not with_baseline:
+        shutil.rmtree(ws / "examples" / ".gatekeeper")
+    git(ws, "init", "-q", "-b", "main")
+    tracked = ["examples/gatekeeper.yaml", "examples/tasks"] + (["examples/.gatekeeper"] if with_baseline else [])
+    return ws, commit(ws, "base", *tracked)
+
+
+@pytest.mark.lmeval
+@needs_demo
+def test_real_gate_pr_is_gated_with_the_base_commits_baseline_and_policy(tmp_path, gh):
+    ws, base = _demo_repo(tmp_path)
+    suite = ws / "examples/gatekeeper.yaml"
+    text = suite.read_text()
+    assert "{metric: acc, filter: none, margin: 0.05}" in text
+    suite.write_text(text.replace("{metric: acc, filter: none, margin: 0.05}", "{metric: acc, filter: none, margin: 0.5}"))
+    (ws / "examples/.gatekeeper/baselines/demo.json.gz").write_bytes(b"not even gzip")  # its own baseline
+    commit(ws, "head: loosen the capitals margin past the regression; break the baseline", "examples")
+    payload = json.loads(json.dumps(pr_event()).replace(BASE, base))
+    res = act_subprocess(ws, gh, "pull_request", payload, command="gate", model="examples/checkpoints/regressed",
+                         out="out-pr")
+    assert res["code"] == 1, res["out"][-3000:] + res["err"][-2000:]
+    (body,) = gh.comment_bodies(12)
+    plain = body.replace("\\", "")
+    assert f"policy from the base commit {base[:7]}" in plain and "This PR edits the baseline" in plain
+    assert "- demo_capitals_mc / none / acc: loosened (margin 0.05 → margin 0.5)" in plain.splitlines()
+    assert re.search(r"\| demo_capitals_mc \| acc ↑ .*\| 0\.0500 \| .*regressed", plain)
+
+
+@pytest.mark.lmeval
+@needs_demo
+@pytest.mark.parametrize("event", ["workflow_dispatch"])
+def test_real_gate_bootstrap_records_the_first_baseline_on_a_maintainers_run(tmp_path, gh, event):
+    ws, _ = _demo_repo(tmp_path, with_baseline=False)
+    baseline = ws / "examples/.gatekeeper/baselines/demo.json.gz"
+    refused = act_subprocess(ws, gh, event, {"inputs": {}}, command="gate", model="examples/checkpoints/base")
+    assert refused["code"] == 2 and "no baseline file" in refused["out"] and not baseline.exists()
+    res = act_subprocess(ws, gh, event, {"inputs": {"bootstrap": "true"}}, command="gate",
+                         model="examples/checkpoints/base", out="out-bootstrap")
+    assert res["code"] == 0, res["out"][-3000:] + res["err"][-2000:]
+    assert res["outputs"]["verdict"] == "baseline-recorded" and baseline.is_file()
+    assert store.load_baseline(baseline).provenance.suite_hash == load_suite(ws / "examples/gatekeeper.yaml").hash
