@@ -18,6 +18,13 @@ ENV PYTHONUNBUFFERED=1 \
 # PyPI's Linux torch wheel bundles the CUDA runtime, so the runner host only needs the driver.
 RUN pip install --no-cache-dir "torch==2.13.0" "lm-eval[hf]==0.4.13"
 
+# git: on pull requests the action reads the baseline and the policy at the PR's base commit
+# (gatekeeper/gitbase.py). Debian's git is security-patched in place, so it is not pinned.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git \
+ && rm -rf /var/lib/apt/lists/*
+
 COPY pyproject.toml README.md /tmp/gatekeeper-src/
 COPY gatekeeper /tmp/gatekeeper-src/gatekeeper
 RUN pip install --no-cache-dir /tmp/gatekeeper-src \

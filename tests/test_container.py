@@ -207,6 +207,15 @@ class Runner:
         )
 
 
+def _git_base_commit(workspace: Path, paths: list[str]) -> str:
+    """git init + one commit of ``paths`` (checkpoints stay untracked); returns the commit id."""
+    env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    for args in (["init", "-q", "-b", "main"], ["add", "--", *paths], ["commit", "-q", "-m", "base"]):
+        done = _sh(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], 60, cwd=workspace, env=env)
+        assert done.returncode == 0, done.stderr
+    return _sh(["git", "rev-parse", "HEAD"], 60, cwd=workspace, env=env).stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def pr_flow(image, tmp_path_factory):
     """A PR's life: the regressed checkpoint, the same again (re-run), then the harmless fix."""
@@ -220,10 +229,14 @@ def pr_flow(image, tmp_path_factory):
     # installed package (the container's cwd is the workspace).
     (workspace / "gatekeeper").mkdir()
     (workspace / "gatekeeper" / "__init__.py").write_text("raise SystemExit('shadowed by the workspace')\n")
+    # On pull requests the action reads the baseline and policy at the PR's base commit with git
+    # inside the container, so the workspace is a repository whose base commit holds them.
+    base_sha = _git_base_commit(workspace, ["examples/gatekeeper.yaml", "examples/tasks", "examples/.gatekeeper"])
     fake = FakeGitHub(REPO_NAME).start()
     try:
         runner = Runner(image, root, fake)
         event = _pr_event(7)
+        event["pull_request"]["base"]["sha"] = base_sha
         runs = [
             runner.run("pull_request", event, suite=SUITE, model="examples/checkpoints/regressed"),
             runner.run("pull_request", event, suite=SUITE, model="examples/checkpoints/regressed"),
