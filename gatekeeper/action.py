@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -188,98 +187,24 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
     )
 
 
-# -- pull requests: baseline and policy from the base commit ----------------------------------
-
-
-@dataclass
-class PrBase:
-    """What a pull request is gated against: its base commit's baseline (a temp copy outside
-    the workspace) and policy, and what the reviewer must be told."""
-
-    sha: str
-    baseline: Path
-    policy: Any
-    notes: list[str] = field(default_factory=list)  # markdown lines for the report
-
-
-def gates_a_pr(job: Job) -> bool:
-    """Every event that carries a pull request checks out code the PR controls."""
-    return job.event.pull_request is not None
+# -- pull requests: baseline and policy from the base commit (gatekeeper/prbase.py) -----------
 
 
 @contextmanager
-def pr_base(job: Job, inputs: Inputs, suite) -> Iterator[PrBase | None]:
-    """On a pull request, the base commit's baseline and policy (None on other events)."""
-    if not gates_a_pr(job):
+def pr_base(job: Job, inputs: Inputs, suite) -> Iterator[Any]:
+    """On any event carrying a pull request (its code is checked out), the base commit's
+    baseline and policy; None on other events, which use the checked-out baseline."""
+    if job.event.pull_request is None:
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="gatekeeper-base-") as tmp:
-        yield _read_pr_base(job, inputs, suite, Path(tmp))
+    from gatekeeper.prbase import pr_base as read_base
+
+    baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
+    with read_base(job.event.pull_request, suite, baseline=baseline, bootstrap=inputs.flag("bootstrap")) as base:
+        yield base
 
 
-def _read_pr_base(job: Job, inputs: Inputs, suite, tmp: Path) -> PrBase:
-    from gatekeeper import gitbase, report
-    from gatekeeper.suite import load_suite_text
-
-    base = job.event.pull_request.get("base") if isinstance(job.event.pull_request.get("base"), dict) else {}
-    sha = gitbase.check_sha(str(base.get("sha") or ""), "event pull_request.base.sha")
-    repo = gitbase.find_repo(suite.path.resolve().parent)
-    suite_rel = gitbase.repo_relative(repo, suite.path)
-    text = gitbase.read_at(repo, sha, suite_rel)
-    if text is None:
-        raise GateError(
-            f"{suite.path}: not in the pull request's base commit {sha[:7]}, so there is no baseline to gate "
-            "it against; merge the suite deliberately, then record its baseline on the default branch "
-            "(`bootstrap: true` on a push or workflow_dispatch run)"
-        )
-    try:
-        base_suite = load_suite_text(text.decode("utf-8"), suite.path)
-    except (GateError, UnicodeDecodeError) as err:
-        raise GateError(f"{suite_rel} at base commit {sha[:7]} does not load: {err}") from None
-    if base_suite.hash != suite.hash:
-        raise GateError(
-            f"{suite.path}: this pull request changes what the suite measures (hash {base_suite.hash[:12]} at "
-            f"base {sha[:7]}, {suite.hash[:12]} now), so the base commit's baseline cannot gate it; merge it "
-            "deliberately and re-record the baseline on the default branch (docs/action.md#accepting-a-deliberate-change)"
-        )
-    # The baseline path comes from the base suite: a PR must not repoint `baseline:` at a file it adds.
-    wanted = _path(job, inputs["baseline"]) if inputs["baseline"] else base_suite.baseline_path
-    rel = gitbase.repo_relative(repo, wanted)
-    data = gitbase.read_at(repo, sha, rel)
-    if data is None:
-        ignored = " (the bootstrap input is ignored on pull requests)" if inputs.flag("bootstrap") else ""
-        raise GateError(
-            f"{rel}: no baseline at the pull request's base commit {sha[:7]}; a pull request never records "
-            f"its own baseline{ignored}: record it on the default branch (`bootstrap: true` on a push or "
-            "workflow_dispatch run, or `gatekeeper baseline record`), then re-run"
-        )
-    copy = tmp / Path(rel).name
-    copy.write_bytes(data)
-    notes = [f"Baseline {report.escape_untrusted(rel, 300)} and policy from the base commit {sha[:7]}: "
-             "a pull request is gated against its base, never against its own baseline or policy."]
-    if gitbase.changed_since(repo, sha, rel):
-        notes.append(f"⚠️ This PR edits the baseline {report.escape_untrusted(rel, 300)}; it is still gated "
-                     "against the base commit's.")
-    if not inputs["baseline"] and suite.baseline_path != base_suite.baseline_path:
-        notes.append("⚠️ This PR moves the suite's baseline file; it is still gated against the base commit's.")
-    notes += _policy_notes(base_suite.policy, suite.policy, copy)
-    return PrBase(sha=sha, baseline=copy, policy=base_suite.policy, notes=notes)
-
-
-def _policy_notes(base_policy, head_policy, baseline: Path) -> list[str]:
-    from gatekeeper import report, store
-    from gatekeeper.policydiff import policy_changes
-
-    stored = store.load_baseline(baseline)
-    parents = {t: tuple(sorted(g for g, subs in stored.group_subtasks.items() if t in subs)) for t in stored.tasks}
-    changes = policy_changes(base_policy, head_policy, stored.series, parents)
-    if not changes:
-        return []
-    head = "**Policy changes in this PR** (it is gated with the base commit's policy; they apply once merged):"
-    return ["\n".join([head, *(f"- {report.escape_untrusted(c.describe(), 300)}" for c in changes)])]
-
-
-def _with_notes(ev: Evaluation, base: PrBase | None) -> Evaluation:
+def _with_notes(ev: Evaluation, base) -> Evaluation:
     """The report with the base-commit notes under its headline, where a reviewer reads them."""
     if base is None or not base.notes:
         return ev
@@ -298,7 +223,8 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
     return _evaluate(job, inputs, suite, None)
 
 
-def _evaluate(job: Job, inputs: Inputs, suite, base: PrBase | None) -> Evaluation:
+def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
+    """``base``: a ``prbase.PrBase`` on pull requests, else None."""
     command = inputs["command"]
     # One fresh folder per run: a self-hosted runner reuses its workspace, and the runner
     # refuses to write over an earlier run's files.
@@ -356,7 +282,7 @@ def _notice_md(text: str) -> str:
     return f"### ✅ {escape_untrusted(text, 1000)}"
 
 
-def _compare(job: Job, inputs: Inputs, suite, base: PrBase | None) -> Evaluation:
+def _compare(job: Job, inputs: Inputs, suite, base) -> Evaluation:
     from gatekeeper import store
     from gatekeeper.compare import attach_snippets, compare_runs, load_any
 

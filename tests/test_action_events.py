@@ -618,3 +618,12 @@ def test_real_gate_bootstrap_records_the_first_baseline_on_a_maintainers_run(tmp
     assert res["code"] == 0, res["out"][-3000:] + res["err"][-2000:]
     assert res["outputs"]["verdict"] == "baseline-recorded" and baseline.is_file()
     assert store.load_baseline(baseline).provenance.suite_hash == load_suite(ws / "examples/gatekeeper.yaml").hash
+
+
+def test_a_corrupt_baseline_at_the_base_is_exit_2_naming_the_committed_file(ws, gh, capfd):
+    (ws / ".gatekeeper/baselines/demo.json.gz").write_bytes(b"not gzip")
+    commit_base(ws)
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
+    line = _one_error_line(res)
+    assert f"::error title=gatekeeper::.gatekeeper/baselines/demo.json.gz at base commit {base_of(ws)[:7]}: " in line
+    assert "gatekeeper-base-" not in line  # never the temporary copy's path
