@@ -100,18 +100,26 @@ def _notes(repo: gitbase.GitRepo, sha: str, rel: str, suite, base_suite, *, move
         notes.append(f"⚠️ This PR edits the baseline {shown}; it is still gated against the base commit's.")
     if moved and suite.baseline_path != base_suite.baseline_path:
         notes.append("⚠️ This PR moves the suite's baseline file; it is still gated against the base commit's.")
-    return notes + _policy_notes(base_suite.policy, suite.policy, copy, f"{rel} at base commit {sha[:7]}")
+    stored = _load_checked(copy, base_suite, f"{rel} at base commit {sha[:7]}")
+    return notes + _policy_notes(base_suite.policy, suite.policy, stored)
 
 
-def _policy_notes(base_policy: Policy, head_policy: Policy, baseline: Path, where: str) -> list[str]:
+def _load_checked(copy: Path, base_suite, where: str):
+    """The base's baseline, checked against the base's suite; errors name the committed file."""
     from gatekeeper import store
+
+    try:
+        stored = store.load_baseline(copy)
+        store.check_suite(stored, base_suite)
+    except GateError as err:  # name the committed file, not the temp copy
+        raise GateError(f"{where}: {str(err).replace(str(copy), '').lstrip(': ')}") from None
+    return stored
+
+
+def _policy_notes(base_policy: Policy, head_policy: Policy, stored) -> list[str]:
     from gatekeeper.policydiff import policy_changes
     from gatekeeper.report import escape_untrusted
 
-    try:
-        stored = store.load_baseline(baseline)
-    except GateError as err:  # name the committed file, not the temp copy
-        raise GateError(f"{where}: {str(err).replace(str(baseline), '').lstrip(': ')}") from None
     parents = {t: tuple(sorted(g for g, subs in stored.group_subtasks.items() if t in subs)) for t in stored.tasks}
     changes = policy_changes(base_policy, head_policy, stored.series, parents)
     if not changes:
