@@ -195,6 +195,9 @@ def pr_base(job: Job, inputs: Inputs, suite) -> Iterator[Any]:
     """On any event carrying a pull request (its code is checked out), the base commit's
     baseline and policy; None on other events, which use the checked-out baseline."""
     if job.event.pull_request is None:
+        if job.event.name in events.PR_EVENTS:  # never fall back to the PR's own baseline
+            raise GateError(f"event: a {job.event.name} event without its pull_request object; cannot tell "
+                            "the base commit to gate against")
         yield None
         return
     from gatekeeper.prbase import pr_base as read_base

@@ -627,3 +627,8 @@ def test_a_corrupt_baseline_at_the_base_is_exit_2_naming_the_committed_file(ws, 
     line = _one_error_line(res)
     assert f"::error title=gatekeeper::.gatekeeper/baselines/demo.json.gz at base commit {base_of(ws)[:7]}: " in line
     assert "gatekeeper-base-" not in line  # never the temporary copy's path
+
+
+def test_a_pull_request_event_without_its_pull_request_object_is_exit_2(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", {"action": "opened"}, candidate="runs/regressed.json.gz")
+    assert "without its pull_request object" in _one_error_line(res)
