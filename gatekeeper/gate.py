@@ -127,7 +127,7 @@ def compare_for_suite(
     store.check_suite(baseline, suite)  # the hash alone, for a baseline without other provenance
     check_run_matches_suite(candidate, suite, what="candidate",
                             fix=f"re-run the candidate with this suite: gatekeeper run --suite {suite.path} ...")
-    names.check_suite(suite, names.from_run(candidate), what=f"the candidate ({candidate.provenance.source})",
+    names.check_suite(suite, names.from_run(candidate), what="the candidate",
                       policy=policy)
     outcome = compare_runs(baseline, candidate, policy or suite.policy, suite=suite.name, seed=seed)
     attach_snippets(outcome)
@@ -142,13 +142,13 @@ def check_run_matches_suite(run: RunResults, suite: Suite, *, what: str = "run",
     suite hash, task set (the suite's tasks expanded through the run's groups), lm-eval version
     vs the pin, n-shot per task, seeds, limit, chat template. One line per difference."""
     fix = fix or f"re-run it with this suite (gatekeeper run --suite {suite.path} ...)"
-    diffs = _run_differences(run, suite)
+    diffs = _run_differences(run, suite, f"the {what}")
     if diffs:
         src = run.provenance.source
         raise GateError("\n".join(f"{src}: {what} does not match suite {suite.path}: {d}; {fix}" for d in diffs))
 
 
-def _run_differences(run: RunResults, suite: Suite) -> list[str]:
+def _run_differences(run: RunResults, suite: Suite, side: str) -> list[str]:
     prov = run.provenance
     man = prov.manifest or {}
     out: list[str] = []
@@ -158,29 +158,29 @@ def _run_differences(run: RunResults, suite: Suite) -> list[str]:
     for spec in suite.tasks:
         under = produced.leaves_under(spec.name)
         if not under:
-            out.append(f"suite task {spec.name!r} is not in the run (its tasks: {', '.join(sorted(leaves))})")
+            out.append(f"suite task {spec.name!r} is not in {side} (its tasks: {', '.join(sorted(leaves))})")
             continue
         covered.update(under)
         if spec.num_fewshot is not None:
             for leaf in under:
                 if leaf in prov.n_shot and _shots(prov.n_shot[leaf]) != spec.num_fewshot:
-                    out.append(f"task {leaf}: num_fewshot {_shots(prov.n_shot[leaf])} in the run, "
+                    out.append(f"task {leaf}: num_fewshot {_shots(prov.n_shot[leaf])} in {side}, "
                                f"{spec.num_fewshot} in the suite")
     extra = sorted(leaves - covered)
     if extra:
-        out.append(f"the run has task(s) the suite does not list: {', '.join(extra)}")
+        out.append(f"{side} has task(s) the suite does not list: {', '.join(extra)}")
     if prov.lm_eval_version and prov.lm_eval_version != suite.lm_eval_version:
-        out.append(f"lm-eval {prov.lm_eval_version} in the run, suite pins {suite.lm_eval_version}")
-    out += _seed_differences(prov.seeds, suite, "the run")
+        out.append(f"lm-eval {prov.lm_eval_version} in {side}, suite pins {suite.lm_eval_version}")
+    out += _seed_differences(prov.seeds, suite, side)
     if man.get("limit") is not None:
-        out.append(f"the run was made with --limit {man['limit']} (debugging only)")
+        out.append(f"{side} was made with --limit {man['limit']} (debugging only)")
     expected = _global_limit(suite)
     if not _same_number(prov.limit, expected):
-        out.append(f"limit {prov.limit} in the run, {expected} in the suite")
-    out += _chat_template_difference(prov.chat_template_sha, suite, "the run")
+        out.append(f"limit {prov.limit} in {side}, {expected} in the suite")
+    out += _chat_template_difference(prov.chat_template_sha, suite, side)
     ran_with = man.get("suite_hash") or prov.suite_hash
     if ran_with and ran_with != suite.hash and not out:
-        out.append(f"suite hash {ran_with[:12]} in the run, {suite.hash[:12]} in the suite "
+        out.append(f"suite hash {ran_with[:12]} in {side}, {suite.hash[:12]} in the suite "
                    "(the suite changed what it measures)")
     return list(dict.fromkeys(out))
 

@@ -145,7 +145,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         task_manager = _task_manager(suite, settings.model_args)
         top, leaves, groups = _load_tasks(suite, task_manager)
         plan = task_plan(leaves, groups, settings.limit)
-        names.check_suite(suite, plan.produced, what="the suite's tasks")
+        names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
         if preflight is not None:
             preflight(plan)
         settings.device = _resolve_device(settings.device)
