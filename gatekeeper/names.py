@@ -213,15 +213,21 @@ def _yaml_root(suite: Suite) -> Any:
     the text this suite was loaded from (e.g. a suite read from a PR's base commit)."""
     import yaml
 
-    from gatekeeper.suite import suite_hash
+    from gatekeeper.suite import fill_defaults, suite_hash
 
     try:
         text = Path(suite.path).read_text(encoding="utf-8")
         data = yaml.safe_load(text)
         if not isinstance(data, dict) or suite_hash(data) != suite.hash:
             return None
+        doc = fill_defaults(data)  # the hash leaves out metrics and rules: compare them too
+        if [t["metrics"] or [] for t in doc["tasks"]] != [t.metrics for t in suite.tasks]:
+            return None
+        rules = [(r["task"], r["filter"], r["metric"]) for r in doc["policy"]["rules"]]
+        if rules != [(r.task, r.filter, r.metric) for r in _policy_rules(suite)]:
+            return None
         return yaml.compose(text, Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return None
 
 
