@@ -215,3 +215,25 @@ def test_gate_without_out_removes_its_temp_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list(tmp.glob("gatekeeper-run-*")) == []  # torch may leave its own caches there
     assert "fatal: not a git repository" not in proc.stderr and "attention_mask" not in proc.stderr
+
+
+def test_the_plan_before_the_run_is_what_the_run_produced(base_run):
+    """What runner.task_plan predicts from lm-eval's built tasks (names, aggregations, versions,
+    n-shot, item counts) is exactly what the real run wrote: the pre-run checks see the truth."""
+    from gatekeeper import names, results, runner
+    from gatekeeper.suite import load_suite
+
+    run_dir, _ = base_run
+    suite = load_suite(EXAMPLES / "gatekeeper.yaml")
+    settings = runner._settings(suite, str(BASE), None, None, None, None, None)
+    tm = runner._task_manager(suite, settings.model_args)
+    _, leaves, groups = runner._load_tasks(suite, tm)
+    plan = runner.task_plan(leaves, groups, None)
+    run = results.load_run(run_dir)
+    after = names.from_run(run)
+    assert plan.produced.leaves == after.leaves
+    assert plan.produced.groups == after.groups
+    prov = run.provenance
+    assert plan.versions == {t: prov.task_versions[t] for t in plan.versions}
+    assert plan.n_shot == {t: prov.n_shot[t] for t in plan.n_shot}
+    assert plan.n_samples == {t: prov.n_samples[t] for t in plan.n_samples}
