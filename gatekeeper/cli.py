@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -73,15 +74,21 @@ def _policy_from_args(args: argparse.Namespace):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from gatekeeper import names
     from gatekeeper.compare import attach_snippets, compare_runs, load_any, merge_repeats
+    from gatekeeper.gate import compare_paths
 
     _check_writable(args.json, args.markdown)
     policy, suite = _policy_from_args(args)
-    cluster_keys = suite.cluster_keys() if suite else None
-    suite_name = suite.name if suite else None
-    baseline = merge_repeats([load_any(p, cluster_keys=cluster_keys) for p in [args.baseline, *args.also_baseline]])
-    candidate = merge_repeats([load_any(p, cluster_keys=cluster_keys) for p in [args.candidate, *args.also_candidate]])
-    outcome = compare_runs(baseline, candidate, policy, suite=suite_name, seed=args.seed)
+    if suite is not None:  # the one path gate and the action take
+        outcome = compare_paths(args.baseline, args.candidate, suite, policy, seed=args.seed,
+                                also_baseline=args.also_baseline, also_candidate=args.also_candidate)
+        return _emit(outcome, args)
+    baseline = merge_repeats([load_any(p) for p in [args.baseline, *args.also_baseline]])
+    candidate = merge_repeats([load_any(p) for p in [args.candidate, *args.also_candidate]])
+    if args.policy:  # a plain policy file: each rule must match something in the runs
+        names.check_policy(policy, args.policy, names.union(names.from_run(baseline), names.from_run(candidate)))
+    outcome = compare_runs(baseline, candidate, policy, seed=args.seed)
     attach_snippets(outcome)
     return _emit(outcome, args)
 
@@ -110,21 +117,26 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from gatekeeper.gate import run_gate
 
     _check_writable(args.json, args.markdown)
+    # Without --out the run is a temp folder, removed when the gate is done (kept with --out).
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
-    result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
-                      record_missing=args.record_missing, revision=args.revision, device=args.device)
-    if result.outcome is None:
-        print(result.notice)
-        if args.json:
-            _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2, allow_nan=False) + "\n")
-        if args.markdown:
-            _atomic_write(Path(args.markdown), f"### ✅ {report.escape_untrusted(result.notice, 1000)}\n")
-        return EXIT_OK
-    code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)})
-    if args.print_markdown:
-        print()
-        print(report.render_markdown(result.outcome))
-    return code
+    try:
+        result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
+                          record_missing=args.record_missing, revision=args.revision, device=args.device)
+        if result.outcome is None:
+            print(result.notice)
+            if args.json:
+                _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2, allow_nan=False) + "\n")
+            if args.markdown:
+                _atomic_write(Path(args.markdown), f"### ✅ {report.escape_untrusted(result.notice, 1000)}\n")
+            return EXIT_OK
+        code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)} if args.out else None)
+        if args.print_markdown:
+            print()
+            print(report.render_markdown(result.outcome))
+        return code
+    finally:
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -225,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_INVALID
     args = parser.parse_args(argv)
     try:
         return args.func(args)
@@ -234,3 +250,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _broken_pipe()
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected exception becomes exit 2
+        text = str(exc).strip().splitlines()
+        print(f"gatekeeper: internal error: {type(exc).__name__}: {text[0] if text else ''} "
+              "(a bug in gatekeeper or its dependencies; please report it with the command line)",
+              file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``gatekeeper baseline show | head``): stop quietly.
+
+    stdout is pointed at /dev/null so the interpreter's final flush cannot raise again, and
+    the exit status is 141 (128 + SIGPIPE) as for any tool killed by a closed pipe: never 0,
+    because the output that was asked for was not all delivered.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141

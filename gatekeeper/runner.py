@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,8 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gatekeeper import __version__
+from gatekeeper import __version__, names
 from gatekeeper.model import GateError
+from gatekeeper.names import Produced, RunPlan
 from gatekeeper.suite import Suite
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
@@ -104,13 +106,18 @@ def run_suite(
     dtype: str | None = None,
     limit: int | float | str | None = None,
     log: Log = print,
+    preflight: Callable[[RunPlan], Any] | None = None,
 ) -> Path:
-    """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest)."""
+    """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
+
+    Once lm-eval has built the tasks, and before it evaluates anything, every name in the
+    suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
+    ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there)."""
     out_dir = Path(out_dir)
     fresh = not out_dir.exists()
     try:
         return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
-                    dtype=dtype, limit=limit, log=log)
+                    dtype=dtype, limit=limit, log=log, preflight=preflight)
     except BaseException:
         if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # we made it; a failed run leaves nothing behind
@@ -118,7 +125,8 @@ def run_suite(
 
 
 def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
-         batch_size: Any, dtype: str | None, limit: Any, log: Log) -> Path:
+         batch_size: Any, dtype: str | None, limit: Any, log: Log,
+         preflight: Callable[[RunPlan], Any] | None) -> Path:
     started, t0 = _utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
     local = check_model(model)
@@ -135,7 +143,11 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
     files = hash_model_files(local) if local is not None else {}
     with _quiet_output(log, t0):
         task_manager = _task_manager(suite, settings.model_args)
-        top, leaves = _load_tasks(suite, task_manager)
+        top, leaves, groups = _load_tasks(suite, task_manager)
+        plan = task_plan(leaves, groups, settings.limit)
+        names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
+        if preflight is not None:
+            preflight(plan)
         settings.device = _resolve_device(settings.device)
         log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
@@ -246,11 +258,13 @@ def _task_manager(suite: Suite, model_args: dict[str, Any]):
     return tm
 
 
-def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]]]:
+def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]], dict[str, list[str]]]:
     """Top-level Task/Group objects for simple_evaluate, with the suite's per-task overrides
-    applied to every leaf; also {leaf name: (task object, suite TaskSpec)}."""
+    applied to every leaf; also {leaf name: (task object, suite TaskSpec)} and
+    {group: direct children} (what lm-eval writes as ``group_subtasks``)."""
     top: list[Any] = []
     leaves: dict[str, tuple[Any, Any]] = {}
+    groups: dict[str, list[str]] = {}
     for spec in suite.tasks:
         try:
             loaded = tm.load([spec.name])
@@ -267,7 +281,39 @@ def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]]
                 raise GateError(f"{suite.path}: task {name!r} is part of {spec.name!r} and of another suite task")
             _apply_overrides(task, spec)
             leaves[name] = (task, spec)
-    return top, leaves
+        groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
+    return top, leaves, groups
+
+
+def task_plan(leaves: dict[str, tuple[Any, Any]], groups: dict[str, list[str]], cli_limit: Any) -> RunPlan:
+    """What the built tasks will produce, as ``names`` and the gate's pre-run checks need it."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    outputs, versions, n_shot, n_samples = {}, {}, {}, {}
+    for name, (task, spec) in leaves.items():
+        filters = [f.name for f in getattr(task, "_filters", [])] or ["none"]
+        outputs[name] = {(f, metric): _aggregation_name(task, metric, agg)
+                         for metric, agg in task.aggregation().items() for f in filters}
+        versions[name] = task.VERSION
+        n_shot[name] = task.get_config("num_fewshot") or 0
+        original = len(task.eval_docs)
+        lim = cli_limit if cli_limit is not None else spec.limit
+        effective = original if lim is None else min(get_sample_size(task, lim), original)
+        n_samples[name] = {"original": original, "effective": effective}
+    return RunPlan(Produced(outputs, groups), versions, n_shot, n_samples)
+
+
+def _aggregation_name(task: Any, metric: str, agg: Any) -> str:
+    """The registered name of a metric's aggregation, as results.py will read it back."""
+    from lm_eval.api.registry import AGGREGATION_REGISTRY
+
+    for item in task.config.metric_list or []:
+        if isinstance(item, dict) and item.get("metric") == metric and isinstance(item.get("aggregation"), str):
+            return item["aggregation"]
+    for name, fn in AGGREGATION_REGISTRY.items():
+        if fn is agg:
+            return name
+    return f"!function {getattr(agg, '__name__', type(agg).__name__)}"
 
 
 def _apply_overrides(task: Any, spec: Any) -> None:
@@ -344,25 +390,26 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     tracker = EvaluationTracker(output_path=str(tmp))
     seeds = suite.seeds
     try:
-        results = lm_eval.simple_evaluate(
-            model="hf",
-            model_args=dict(s.model_args),
-            tasks=top,
-            num_fewshot=None,  # per task, already set on the task objects
-            batch_size=s.batch_size,
-            device=s.device,
-            limit=limit,
-            samples=samples,
-            log_samples=True,
-            evaluation_tracker=tracker,
-            apply_chat_template=s.chat_template,
-            fewshot_as_multiturn=True if s.chat_template else None,
-            task_manager=tm,
-            random_seed=seeds["random"],
-            numpy_random_seed=seeds["numpy"],
-            torch_random_seed=seeds["torch"],
-            fewshot_random_seed=seeds["fewshot"],
-        )
+        with _known_noise():
+            results = lm_eval.simple_evaluate(
+                model="hf",
+                model_args=dict(s.model_args),
+                tasks=top,
+                num_fewshot=None,  # per task, already set on the task objects
+                batch_size=s.batch_size,
+                device=s.device,
+                limit=limit,
+                samples=samples,
+                log_samples=True,
+                evaluation_tracker=tracker,
+                apply_chat_template=s.chat_template,
+                fewshot_as_multiturn=True if s.chat_template else None,
+                task_manager=tm,
+                random_seed=seeds["random"],
+                numpy_random_seed=seeds["numpy"],
+                torch_random_seed=seeds["torch"],
+                fewshot_random_seed=seeds["fewshot"],
+            )
     except GateError:
         raise
     except Exception as exc:  # noqa: BLE001 - surface lm-eval / model failures as one line
@@ -432,6 +479,56 @@ def _samples_files(produced: Path, results_file: Path) -> dict[str, Path]:
     for p in produced.glob(f"samples_*_{stamp}.jsonl"):
         out[p.name[len("samples_"):-len(f"_{stamp}.jsonl")]] = p
     return out
+
+
+# transformers warns once per process when input_ids contain the pad token and no attention
+# mask is passed. lm-eval's HF backend pads loglikelihood batches on the right and reads the
+# logits of the real tokens only, which a causal model computes without looking right: the
+# warning says nothing about the scores, on every run. Generation passes a mask.
+_ATTENTION_MASK_WARNING = "We strongly recommend passing in an `attention_mask`"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self._prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self._prefix)
+
+
+@contextlib.contextmanager
+def _known_noise() -> Iterator[None]:
+    """Silence the two lines every evaluation printed that say nothing about it: transformers'
+    attention-mask warning (above) and git's "fatal: not a git repository" (lm-eval runs
+    ``git describe`` with our stderr when it records its own commit). Nothing else is hidden:
+    lm-eval's and transformers' other warnings and errors pass as before."""
+    import lm_eval.evaluator as evaluator
+
+    mask_log = logging.getLogger("transformers.modeling_utils")
+    drop = _DropMessage(_ATTENTION_MASK_WARNING)
+    mask_log.addFilter(drop)
+    saved = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = _git_commit_hash
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = saved
+        mask_log.removeFilter(drop)
+
+
+def _git_commit_hash() -> str | None:
+    """lm_eval.loggers.utils.get_git_commit_hash with git's stderr captured, same result."""
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        out = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True,  # noqa: S607
+                             timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        out = None
+    if out is not None and out.returncode == 0:
+        return out.stdout.strip()
+    return get_commit_from_path(os.getcwd())
 
 
 # Warnings lm-eval gives for every task of a kind, that say nothing about this run.

@@ -354,14 +354,12 @@ def _read_document(path: Path) -> dict:
 
 def _load_run_for(run_dir: Path, suite: Suite) -> RunResults:
     from gatekeeper import results as results_mod
+    from gatekeeper.gate import check_run_matches_suite
 
     res = results_mod.load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
-    ran_with = (res.provenance.manifest or {}).get("suite_hash") or res.provenance.suite_hash
-    if ran_with and ran_with != suite.hash:
-        raise GateError(
-            f"{run_dir}: this run was made with suite hash {ran_with[:12]}, but {suite.path} has hash "
-            f"{suite.hash[:12]}; re-run it with the current suite before storing it as the baseline"
-        )
+    # Suite hash, task set, lm-eval pin, n-shot, seeds, limit: refused before the file is touched.
+    check_run_matches_suite(res, suite, what="run", fix="re-run it with the current suite before storing "
+                            f"it as the baseline (gatekeeper run --suite {suite.path} ...)")
     return res
 
 
