@@ -286,8 +286,7 @@ def _notice_md(text: str) -> str:
 
 
 def _compare(job: Job, inputs: Inputs, suite, base) -> Evaluation:
-    from gatekeeper import store
-    from gatekeeper.compare import attach_snippets, compare_runs, load_any
+    from gatekeeper.gate import compare_paths
 
     if not inputs["candidate"]:
         raise GateError("command compare: set the candidate input (a run directory or results file)")
@@ -295,16 +294,10 @@ def _compare(job: Job, inputs: Inputs, suite, base) -> Evaluation:
         base_path = base.baseline
     else:
         base_path = _path(job, inputs["baseline"]) if inputs["baseline"] else suite.baseline_path
-    if not base_path.exists():
-        raise GateError(f"{base_path}: baseline does not exist")
-    keys = suite.cluster_keys()
-    baseline = load_any(base_path, cluster_keys=keys)
-    if base_path.is_file() and store.is_baseline_file(base_path):
-        store.check_suite(baseline, suite)
     candidate_path = _path(job, inputs["candidate"])
     policy = base.policy if base is not None else suite.policy
-    outcome = compare_runs(baseline, load_any(candidate_path, cluster_keys=keys), policy, suite=suite.name)
-    attach_snippets(outcome)
+    # The one path shared with `gate` and `compare --suite`: both runs must belong to the suite.
+    outcome = compare_paths(base_path, candidate_path, suite, policy)
     return _from_outcome(job, outcome, suite, candidate_path, None)
 
 
