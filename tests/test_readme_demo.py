@@ -9,12 +9,12 @@ on this machine (the session's demo run), within the tolerance CPUs differ by.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.demo_runs import ROOT, assert_same_items
+from tests.demo_runs import ROOT, assert_same_items, compare_cli
 
 FIX = "run `python scripts/update_readme.py` (it gates the regressed demo and rewrites both README blocks)"
 
@@ -58,12 +58,21 @@ def test_missing_markers_are_an_error_naming_readme(tmp_path):
 
 
 @pytest.mark.lmeval
-def test_stored_readme_run_is_what_the_regressed_checkpoint_gives_here(demo_run):
+def test_stored_readme_run_is_what_the_regressed_checkpoint_gives_here(demo_gate, tmp_path):
     from gatekeeper import results
 
-    stored = results.load_run(_script().RUN_FIXTURE)
-    fresh = results.load_run(Path(demo_run("regressed")))
+    script = _script()
+    fresh = demo_gate("regressed")
     try:
-        assert_same_items(stored, fresh)
+        assert_same_items(results.load_run(script.RUN_FIXTURE), results.load_run(fresh.run_dir))
     except AssertionError as err:
         raise AssertionError(f"tests/fixtures/demo-regressed-run differs from a fresh run: {FIX}\n{err}") from err
+    # and the gated verdicts README shows are the ones the gate gives here
+    proc = compare_cli(script.BASELINE, script.RUN_FIXTURE, "--json", str(tmp_path / "r.json"))
+    shown = json.loads((tmp_path / "r.json").read_text())
+    assert proc.returncode == fresh.exit_code == 1
+
+    def gated(report: dict) -> set:
+        return {(c["task"], c["filter"], c["metric"], c["verdict"]) for c in report["comparisons"] if c["gated"]}
+
+    assert gated(shown) == gated(fresh.report), FIX
