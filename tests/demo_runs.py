@@ -124,7 +124,7 @@ def assert_same_items(expected: Any, got: Any, *, rel: float = REL_TOL) -> None:
     values identical; continuous values (log-likelihoods, counts, scores) within ``rel``;
     corpus items (reference, prediction strings) identical.
     """
-    assert set(expected.series) == set(got.series)
+    assert expected.series and set(expected.series) == set(got.series)
     for key, e in expected.series.items():
         g = got.series[key]
         assert e.kind == g.kind, key

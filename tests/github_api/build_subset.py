@@ -2,7 +2,8 @@
 
 Source used: npm package @octokit/openapi 23.0.2, file generated/api.github.com.json
 (GitHub's github/rest-api-description api.github.com.json plus `x-octokit` keys, which are stripped).
-Usage: python build_subset.py FULL_SPEC.json [--no-examples] > openapi-subset.json
+Usage: python tests/github_api/build_subset.py FULL_SPEC.json [--no-examples] > tests/github_api/openapi-subset.json
+(the vendored file keeps examples: tests/github_server.py answers with them; see README.md here)
 """
 import json
 import sys
