@@ -7,4 +7,5 @@ echo "== ruff"
 .venv/bin/ruff check gatekeeper tests benchmarks scripts examples
 echo "== pytest"
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# -rs: a skipped test says why (only the container test may skip: no Docker daemon to be had)
+exec .venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"

@@ -1,6 +1,6 @@
 """A loopback fake of the GitHub REST API, strict about what it accepts.
 
-Every request is checked against GitHub's OpenAPI description (``shared/github-api``) and
+Every request is checked against GitHub's OpenAPI description (``tests/github_api``, vendored) and
 against the headers GitHub expects; a bad request gets 400 and its problem is recorded in
 ``errors`` (tests assert it stays empty). Every response the fake sends is validated too, so
 the fake cannot drift from the real API.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-API_DIR = Path(__file__).resolve().parents[2] / "shared" / "github-api"
+API_DIR = Path(__file__).resolve().parent / "github_api"  # vendored: see github_api/README.md
 
 
 def _load_validator():

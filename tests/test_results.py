@@ -19,7 +19,7 @@ from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import TASKS_DIR, results_path, samples_path
 
 pytestmark = pytest.mark.lmeval
-SHARED_EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "notes" / "lm-eval-0.4.13-examples"
+SHARED_EXAMPLES = Path(__file__).resolve().parent / "fixtures" / "lmeval-0.4.13-examples"  # vendored
 
 
 def _raw(out: Path) -> dict:
