@@ -13,6 +13,7 @@ import pytest
 
 from gatekeeper import store
 from gatekeeper.model import GateError, MetricSeries, Provenance, RunResults, SeriesKey
+from gatekeeper.stats import aggregate
 from gatekeeper.suite import load_suite
 
 SUITE_YAML = """\
@@ -34,14 +35,16 @@ def _hashes(task: str, n: int) -> np.ndarray:
 
 def _results(seed: int = 0, n: int = 50) -> RunResults:
     rng = np.random.default_rng(seed)
+    flags = rng.integers(0, 2, n).astype(float)
     acc = MetricSeries(
-        SeriesKey("arith_mc", "none", "acc"), "mean", "mean", True, np.arange(n), rng.integers(0, 2, n).astype(float),
-        _hashes("arith_mc", n), reported=0.52, clusters=np.array([f"c{i % 4}" for i in range(n)]),
+        SeriesKey("arith_mc", "none", "acc"), "mean", "mean", True, np.arange(n), flags,
+        _hashes("arith_mc", n), reported=float(flags.mean()), clusters=np.array([f"c{i % 4}" for i in range(n)]),
     )
     # Awkward floats: they must come back bit for bit.
     ll = np.column_stack([-rng.random(n) * 100 - 1e-9, rng.integers(5, 40, n)]).astype(float)
     ppl = MetricSeries(SeriesKey("synth_ppl", "none", "word_perplexity"), "ratio", "weighted_perplexity", False,
-                       np.arange(n) * 2, ll, _hashes("synth_ppl", n), reported=4.511634812793)
+                       np.arange(n) * 2, ll, _hashes("synth_ppl", n),
+                       reported=aggregate("ratio", "weighted_perplexity", ll))
     pairs = np.empty((n, 2), dtype=object)
     for i in range(n):
         pairs[i] = [f"ref {i} ünï", f"pred {i}\n\"q\""]
