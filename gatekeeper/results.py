@@ -330,8 +330,25 @@ def _load_manifest(results_file: Path) -> dict[str, Any]:
             data = _read_json(candidate)
             if not isinstance(data, dict):
                 raise GateError(f"{candidate}: expected a JSON object")
+            problem = manifest_problem(data)
+            if problem:
+                raise GateError(f"{candidate}: {problem} (edited, or not written by gatekeeper run?)")
             return data
     return {}
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with the types of the manifest fields the gate reads (None when fine)."""
+    for key in ("suite_hash", "model", "model_path", "suite_name"):
+        value = manifest.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"{key} is {_short(value)}, expected a string"
+    files = manifest.get("model_files")
+    if files is not None and not (
+        isinstance(files, dict) and all(isinstance(v, str) or v is None for v in files.values())
+    ):
+        return f"model_files is {_short(files)}, expected an object of sha256 digests"
+    return None
 
 
 def _provenance(path: Path, data: dict[str, Any], manifest: dict[str, Any]) -> Provenance:

@@ -665,6 +665,8 @@ def _validate_document(path: Path, doc: dict) -> None:
     try:
         _check_document(doc)
     except _Bad as bad:
+        if len(bad.args) == 2:
+            raise GateError(f"{path}: {bad.args[0]}: {bad.args[1]} (edited by hand? re-record the baseline)") from None
         field, value, expected = bad.args
         text = repr(value)
         text = text if len(text) <= 40 else text[:37] + "..."
@@ -727,6 +729,11 @@ def _check_provenance(prov: Any) -> None:
     for task, h in (prov.get("task_hashes") or {}).items():
         _want(isinstance(h, str) and _HASH_RE.fullmatch(h) is not None, f"provenance.task_hashes[{task}]",
               h, "16 to 64 hex digits")
+    from gatekeeper.results import manifest_problem
+
+    problem = manifest_problem(prov.get("manifest") or {})
+    if problem:
+        raise _Bad("provenance.manifest", problem)
     for name, seed in (prov.get("seeds") or {}).items():
         _want(seed is None or _is_int(seed), f"provenance.seeds[{name}]", seed, "an integer or null")
 

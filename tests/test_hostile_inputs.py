@@ -338,3 +338,26 @@ def test_gzip_bomb_is_refused_fast_with_bounded_memory(
     assert stderr.strip().count("\n") == 0 and str(path) in stderr and "gzip bomb" in stderr, stderr
     assert wall < 15, wall  # seconds, on a busy 2-core machine (was 31 s and 3.2 GB)
     assert rss_kib < 600 * 1024, rss_kib  # the cap is 256 MiB inflated at most
+
+
+def test_hostile_manifest_beside_the_run(lmeval_runs: dict[str, Path], good_copy: Path) -> None:
+    manifest = results_path(good_copy).parent / "gatekeeper-manifest.json"
+    manifest.write_text(json.dumps({"suite_hash": 5, "model_files": []}), encoding="utf-8")
+    _assert_refused(_cli("compare", lmeval_runs["good"], good_copy), manifest, "suite_hash")
+
+
+def test_hostile_manifest_in_a_baseline(lmeval_runs: dict[str, Path], tmp_path: Path) -> None:
+    doc = _demo_doc()
+    doc["provenance"]["manifest"]["model_files"] = ["model.safetensors"]
+    path = _write_baseline(tmp_path / "demo.json.gz", doc)
+    _assert_refused(_cli("compare", path, lmeval_runs["good"]), path, "model_files")
+
+
+def test_markdown_to_stdout_is_written_through(lmeval_runs: dict[str, Path], tmp_path: Path) -> None:
+    """`--markdown /dev/stdout` (here a link to /proc/self/fd/1 in tmp_path, so that a broken
+    build cannot replace this machine's /dev/stdout): the report appears on stdout, the link stays."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    proc = _cli("compare", lmeval_runs["good"], lmeval_runs["good"], "--markdown", link)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and "gatekeeper" in proc.stdout.lower() and "|" in proc.stdout
