@@ -211,7 +211,7 @@ _MAX_DATE = 253402300799.0  # 9999-12-31T23:59:59Z: datetime cannot go further
 def _bad_field(path: Path, field: str, value: Any, want: str) -> GateError:
     return GateError(
         f"{path}: {field} is {_short(value)}, expected {want} "
-        "(lm-eval 0.4.13 writes that; edited, or not an lm-eval results file?)"
+        "as lm-eval 0.4.13 writes it (file edited or not lm-eval output; re-run lm-eval)"
     )
 
 

@@ -559,7 +559,7 @@ def _inflate(path: Path, fh: Any, limit: int) -> bytes:
     if len(data) > limit:
         raise GateError(
             f"{path}: baseline inflates to more than {limit >> 20} MiB from "
-            f"{os.fstat(fh.fileno()).st_size:,} bytes (a gzip bomb, or not a baseline); refusing to read it"
+            f"{os.fstat(fh.fileno()).st_size:,} bytes (a gzip bomb, or not a baseline); restore it from git or re-record it"
         )
     return data
 
