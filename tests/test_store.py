@@ -223,7 +223,7 @@ def _promote_tagged(args: tuple[str, str, int, object]) -> None:
     suite_path, target, tag, barrier = args
     res = _results(seed=tag)
     res.provenance.model_name = f"model-{tag}"
-    barrier.wait()  # all three start together
+    barrier.wait(30)  # all three start together
     store.promote_results(res, load_suite(Path(suite_path)), path=Path(target))
 
 
@@ -241,7 +241,8 @@ def test_concurrent_promotes_lose_nothing(tmp_path: Path, suite) -> None:
     for round_ in range(6):
         barrier = ctx.Barrier(3)
         tags = [round_ * 3 + i for i in range(3)]
-        procs = [ctx.Process(target=_promote_tagged, args=((str(suite.path), str(target), t, barrier),))
+        procs = [ctx.Process(target=_promote_tagged, args=((str(suite.path), str(target), t, barrier),),
+                             daemon=True)
                  for t in tags]
         for p in procs:
             p.start()
@@ -317,10 +318,14 @@ def test_report_to_a_fifo_is_written_through(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
-    store.atomic_write_bytes(fifo, b"report\n")
-    reader.join(10)
+    try:
+        store.atomic_write_bytes(fifo, b"report\n")
+        reader.join(10)
+    finally:
+        if reader.is_alive():  # the FIFO was replaced: release the blocked reader
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     assert got == [b"report\n"]
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # not replaced by a regular file
 
