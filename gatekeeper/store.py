@@ -12,7 +12,14 @@ A baseline is gzip'd JSON (gzip mtime 0, so equal content gives equal bytes and 
 
 No prompts or generations are kept (only 16-hex-digit prefixes of lm-eval's item hashes),
 so a baseline is a fraction of the size of lm-eval's samples files. Floats are written with
-``repr`` precision, so loading gives back exactly the values that were saved.
+``repr`` precision, so loading gives back exactly the values that were saved. No absolute path
+of the writing machine is kept (``portable_path``).
+
+A baseline may arrive in a pull request, so loading fails closed (``GateError``, exit 2):
+the inflated size is capped (``max_inflated_bytes``: 64x the file, 16-256 MiB) while streaming;
+every field's type is checked; per-item values must lie in the metric's range and reproduce
+the stored aggregate (``reported``). Record and promote hold an ``flock`` on the baseline
+folder, so concurrent promotes serialize; history names are never reused.
 """
 
 from __future__ import annotations
