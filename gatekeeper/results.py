@@ -851,7 +851,7 @@ def _line_starts(data: bytes, prefix: bytes) -> list[int]:
 def _loads_or_none(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line.decode("utf-8", errors="replace"))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         return None
     return obj if isinstance(obj, dict) else None
 
