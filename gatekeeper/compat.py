@@ -10,6 +10,7 @@ by item and refuses items whose hashes differ.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -59,8 +60,11 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
             # The fewshot seed picks the examples in the prompt; the others only matter to sampling.
             target = errors if seed == "fewshot_seed" and few_shot_used else context
             target.append(f"{seed} {_fmt(bv)} in baseline, {_fmt(cv)} in candidate")
-    if b.lm_eval_version and c.lm_eval_version and b.lm_eval_version != c.lm_eval_version:
-        errors.append(f"lm-eval version {b.lm_eval_version} in baseline, {c.lm_eval_version} in candidate")
+    if b.lm_eval_version != c.lm_eval_version:
+        # Unknown on one side is not "same": the check must not be skippable by leaving it out.
+        errors.append(
+            f"lm-eval version {_fmt(b.lm_eval_version)} in baseline, {_fmt(c.lm_eval_version)} in candidate"
+        )
     if _differs(b.chat_template_sha, c.chat_template_sha):
         errors.append(
             f"chat template differs (sha {_fmt(b.chat_template_sha, 12)} in baseline, "
@@ -68,9 +72,9 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
         )
 
     for label, bv, cv in (
-        ("model", b.model_name, c.model_name),
+        ("model", _model_id(b.model_name), _model_id(c.model_name)),
         ("dtype", b.model_dtype, c.model_dtype),
-        ("batch size", b.batch_size, c.batch_size),
+        ("batch size", _batch_size(b.batch_size), _batch_size(c.batch_size)),
         ("device", b.device, c.device),
         ("transformers version", b.transformers_version, c.transformers_version),
     ):
@@ -140,6 +144,7 @@ def _metric_set(baseline: RunResults, candidate: RunResults, common: set[str]) -
 
 
 def _task_hashes(b: Provenance, c: Provenance, common: list[str]) -> list[str]:
+    out = []
     changed = [
         t
         for t in common
@@ -147,9 +152,39 @@ def _task_hashes(b: Provenance, c: Provenance, common: list[str]) -> list[str]:
         and c.task_hashes.get(t)
         and not _same_prefix(b.task_hashes[t], c.task_hashes[t])
     ]
-    if not changed:
-        return []
-    return [f"task_hashes differ for {_names(changed)} (the items, prompts or targets changed)"]
+    if changed:
+        out.append(f"task_hashes differ for {_names(changed)} (the items, prompts or targets changed)")
+    # A prefix of a few characters matches by chance: compared hashes need 16 hex digits each
+    # (what the baseline store keeps). The readers refuse shorter ones; this guards hand-built runs.
+    short = [
+        t
+        for t in common
+        for h in (b.task_hashes.get(t), c.task_hashes.get(t))
+        if h is not None and len(str(h)) < _MIN_HASH_CHARS
+    ]
+    if short:
+        out.append(f"task_hashes too short to compare for {_names(sorted(set(short)))} (need 16 hex digits)")
+    return out
+
+
+_MIN_HASH_CHARS = 16
+
+
+def _model_id(name: str | None) -> str | None:
+    """The model path as the baseline store writes it: an absolute path in a git checkout is
+    relative to the repository (so /github/workspace/ckpt and ckpt are the same model)."""
+    from gatekeeper.store import portable_path
+
+    if not isinstance(name, str):
+        return name
+    return portable_path(name) if name.startswith("/") else os.path.normpath(name) if "/" in name else name
+
+
+def _batch_size(value: Any) -> Any:
+    """lm-eval's CLI writes batch_size as the string "16", its Python API as the int 16."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value
 
 
 def _per_task(label: str, b: dict[str, Any], c: dict[str, Any], tasks: Iterable[str]) -> list[str]:

@@ -97,6 +97,11 @@ def find_results_file(path: Path) -> tuple[Path, list[str]]:
     if not path.exists():
         raise GateError(f"{path}: no such file or directory")
     if path.is_file():
+        if path.name.startswith("samples_") and path.suffix == ".jsonl":
+            raise GateError(
+                f"{path}: this is an lm-eval samples file; pass the run's results_<timestamp>.json "
+                "or its output folder instead"
+            )
         return path, []
     if not path.is_dir():
         raise GateError(f"{path}: not a file or directory")
@@ -152,7 +157,32 @@ def _read_json(path: Path, what: str = "") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and _looks_like_samples(text):
+            raise GateError(
+                f"{path}: this is an lm-eval samples file (one JSON object per line); pass the "
+                "run's results_<timestamp>.json or its output folder instead"
+            ) from None
         raise GateError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:
+        # ValueError: an integer of more than 4300 digits; RecursionError: arrays nested
+        # thousands deep. Both are valid JSON no lm-eval writes.
+        raise GateError(f"{path}: not usable JSON ({_json_problem(exc)})") from None
+
+
+def _json_problem(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return "a number with too many digits" if "digits" in str(exc) else _short(str(exc), 80)
+
+
+def _looks_like_samples(text: str) -> bool:
+    """True when the first line is one JSON object with a doc_id (lm-eval's samples lines)."""
+    first = text.lstrip().split("\n", 1)[0]
+    try:
+        obj = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and "doc_id" in obj
 
 
 def _load_results_json(path: Path) -> dict[str, Any]:
@@ -165,7 +195,108 @@ def _load_results_json(path: Path) -> dict[str, Any]:
     for key in _REQUIRED_KEYS:
         if not isinstance(data[key], dict):
             raise GateError(f"{path}: '{key}' should be an object")
+    _check_types(path, data)
     return data
+
+
+# ---------------------------------------------------------------- field types
+# Every field this reader uses, with the type lm-eval 0.4.13 writes (lm_eval/result_schema.py):
+# a file that is valid JSON but has another shape is refused here, naming the field, instead of
+# crashing (or being misread) wherever the field is used.
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MAX_DATE = 253402300799.0  # 9999-12-31T23:59:59Z: datetime cannot go further
+
+
+def _bad_field(path: Path, field: str, value: Any, want: str) -> GateError:
+    return GateError(
+        f"{path}: {field} is {_short(value)}, expected {want} "
+        "as lm-eval 0.4.13 writes it (file edited or not lm-eval output; re-run lm-eval)"
+    )
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_finite(v: Any) -> bool:
+    """A finite JSON number (not a bool); ints beyond float range are not."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
+def _objects(path: Path, data: dict[str, Any], key: str, check: Any, want: str) -> None:
+    """``data[key]`` (when present) is an object whose every value passes ``check``."""
+    if key not in data:
+        return
+    value = data[key]
+    if not isinstance(value, dict):
+        raise _bad_field(path, f"'{key}'", value, "an object")
+    for name, item in value.items():
+        if not check(item):
+            raise _bad_field(path, f"{key}[{name}]", item, want)
+
+
+def _check_types(path: Path, data: dict[str, Any]) -> None:
+    _objects(path, data, "results", lambda v: isinstance(v, dict), "an object")
+    _objects(path, data, "groups", lambda v: isinstance(v, dict), "an object")
+    _objects(path, data, "configs", lambda v: isinstance(v, dict), "an object (a task config)")
+    _objects(path, data, "versions", lambda v: v is None or isinstance(v, str) or _is_finite(v),
+             "a version (string or number)")
+    _objects(path, data, "n-shot", lambda v: v is None or (_is_int(v) and 0 <= v < 1 << 31),
+             "a number of few-shot examples")
+    _objects(path, data, "higher_is_better",
+             lambda v: isinstance(v, dict) and all(h is None or isinstance(h, bool) for h in v.values()),
+             "an object of true/false per metric")
+    _objects(path, data, "n-samples",
+             lambda v: isinstance(v, dict) and all(_is_int(v.get(k)) and 0 <= v[k] < 1 << 53
+                                                   for k in ("original", "effective")),
+             'an object {"original": N, "effective": N}')
+    _objects(path, data, "task_hashes", lambda v: isinstance(v, str) and _HEX64.fullmatch(v) is not None,
+             "a sha256 (64 hex digits)")
+    _objects(path, data, "group_subtasks",
+             lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of task names")
+    for key in ("lm_eval_version", "transformers_version", "model_name"):
+        if key in data and not isinstance(data[key], str):
+            raise _bad_field(path, f"'{key}'", data[key], "a string")
+    if data.get("chat_template_sha") is not None and not isinstance(data["chat_template_sha"], str):
+        raise _bad_field(path, "'chat_template_sha'", data["chat_template_sha"], "a string or null")
+    date = data.get("date")
+    if date is not None and not (_is_finite(date) and 0 <= float(date) <= _MAX_DATE):
+        raise _bad_field(path, "'date'", date, "a Unix time in seconds")
+    _check_config(path, data.get("config"))
+    for section in ("results", "groups"):
+        for task, entry in (data.get(section) or {}).items():
+            for (metric, filt), value in _reported_metrics(entry).items():
+                if isinstance(value, (int, float)) and not _is_finite(value):
+                    raise _bad_field(path, f"{section}[{task}] {metric},{filt}", value, "a finite number")
+
+
+def _check_config(path: Path, config: Any) -> None:
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise _bad_field(path, "'config'", config, "an object")
+    want = {
+        "model": (str,), "model_dtype": (str,), "device": (str,),
+        "model_args": (str, dict), "batch_size": (str, int),
+        "limit": (int, float), "random_seed": (int,), "numpy_seed": (int,),
+        "torch_seed": (int,), "fewshot_seed": (int,),
+    }
+    for key, types in want.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, types) or isinstance(value, bool) or (
+            isinstance(value, (int, float)) and not _is_finite(value)
+        ):
+            names = " or ".join("an object" if t is dict else f"a{'n' if t is int else ''} {t.__name__}"
+                                for t in types)
+            raise _bad_field(path, f"config.{key}", value, f"{names} or null")
 
 
 def _parse_model_args(model_args: Any) -> dict[str, Any]:
@@ -199,8 +330,25 @@ def _load_manifest(results_file: Path) -> dict[str, Any]:
             data = _read_json(candidate)
             if not isinstance(data, dict):
                 raise GateError(f"{candidate}: expected a JSON object")
+            problem = manifest_problem(data)
+            if problem:
+                raise GateError(f"{candidate}: {problem} (edited, or not written by gatekeeper run?)")
             return data
     return {}
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with the types of the manifest fields the gate reads (None when fine)."""
+    for key in ("suite_hash", "model", "model_path", "suite_name"):
+        value = manifest.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"{key} is {_short(value)}, expected a string"
+    files = manifest.get("model_files")
+    if files is not None and not (
+        isinstance(files, dict) and all(isinstance(v, str) or v is None for v in files.values())
+    ):
+        return f"model_files is {_short(files)}, expected an object of sha256 digests"
+    return None
 
 
 def _provenance(path: Path, data: dict[str, Any], manifest: dict[str, Any]) -> Provenance:
@@ -282,9 +430,46 @@ def _kind(aggregation: str) -> str | None:
 
 
 def _close(a: float, b: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return False
+    """Equal within rounding; an infinite value only matches itself (``inf`` must never be
+    within a relative tolerance of everything)."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b
     return abs(a - b) <= max(_ABS_TOL, _REL_TOL * abs(b))
+
+
+# Metrics whose per-item values lm-eval 0.4.13 computes as right/wrong scores in [0, 1]
+# (api/metrics.py: acc, acc_norm, acc_mutual_info from loglikelihood comparisons,
+# exact_match from HF evaluate's mean of matches). A value outside the range is not something
+# lm-eval writes; +1e6 and -1e6 items would cancel out in the mean and hide any drop.
+_UNIT_RANGE_METRICS = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
+# Log-probabilities are <= 0; a few ulps of float32 log-softmax rounding are tolerated.
+_MAX_LOGLIKELIHOOD = 1e-4
+
+
+def out_of_range(metric: str, kind: str, values: np.ndarray) -> str | None:
+    """Why ``values`` cannot be per-item values of ``metric`` (None when they can).
+
+    Only ranges lm-eval guarantees are checked: [0, 1] for the metrics above, and for ratio
+    kinds (perplexities, bits_per_byte) a loglikelihood <= 0 with a count > 0. Other mean
+    metrics (custom scores, f1-like means) have no documented range and are not limited."""
+    arr = np.asarray(values, dtype=np.float64) if kind != "corpus" else None
+    if arr is None or arr.size == 0:
+        return None
+    if not np.isfinite(arr).all():
+        return "a value is not a finite number"
+    if kind == "mean" and metric in _UNIT_RANGE_METRICS:
+        bad = np.flatnonzero((arr < 0) | (arr > 1))
+        if bad.size:
+            return f"{metric} per-item value {arr[bad[0]]!r} is outside [0, 1]"
+    if kind == "ratio":
+        arr = arr.reshape(-1, 2)
+        bad = np.flatnonzero(arr[:, 0] > _MAX_LOGLIKELIHOOD)
+        if bad.size:
+            return f"loglikelihood {arr[bad[0], 0]!r} is positive (log-probabilities are <= 0)"
+        bad = np.flatnonzero(arr[:, 1] <= 0)
+        if bad.size:
+            return f"count {arr[bad[0], 1]!r} is not positive"
+    return None
 
 
 # ---------------------------------------------------------------- samples files
@@ -315,7 +500,7 @@ def _read_samples(path: Path, task: str, wanted: _Wanted) -> tuple[dict[str, _Fi
     whether the fast reader produced them."""
     try:
         return (*_read_samples_fast(path, wanted), True)
-    except (_Unusual, ValueError, KeyError, TypeError, OverflowError, IndexError):
+    except (_Unusual, ValueError, KeyError, TypeError, OverflowError, IndexError, RecursionError):
         # Anything the fast reader does not expect (a blank line, list values, a bad line, ...):
         # the careful reader accepts every valid variant and names the offending line.
         return (*_read_samples_careful(path, task, wanted), False)
@@ -337,6 +522,8 @@ _FILTER_SEP = ', "filter": '
 _DOC_ID = operator.itemgetter("doc_id", "filter")
 _HASHES = operator.itemgetter("doc_hash", "prompt_hash", "target_hash")
 _NUMBERS = frozenset({float, int, bool})
+_MAX_DOC_ID = (1 << 53) - 1  # lm-eval's doc_ids are list indices; beyond this float/int64 lose them
+_HEX_ONLY = re.compile(r"[0-9a-f]*")
 
 
 def _blocks(path: Path) -> Iterator[str]:
@@ -390,10 +577,12 @@ def _read_samples_fast(path: Path, wanted: _Wanted) -> tuple[dict[str, _FilterDa
         ids, filters = zip(*map(_DOC_ID, objs), strict=True)
         if set(map(type, ids)) != {int} or set(map(type, filters)) != {str}:
             raise _Unusual
+        if min(ids) < 0 or max(ids) > _MAX_DOC_ID:
+            raise _Unusual
         hashes = list(map(_HASHES, objs))
         joined = "".join(itertools.chain.from_iterable(hashes))  # TypeError unless all str
-        if not all(itertools.chain.from_iterable(hashes)):
-            raise _Unusual  # an empty hash
+        if set(map(len, itertools.chain.from_iterable(hashes))) != {64} or not _HEX_ONLY.fullmatch(joined):
+            raise _Unusual  # not lm-eval's sha256 hex digests
         task_hash.update(joined.encode("utf-8"))
         all_ids.extend(ids)
         all_filters.extend(filters)
@@ -472,6 +661,8 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     obj = json.loads(line)
                 except json.JSONDecodeError:
                     raise GateError(f"{path} line {lineno}: truncated or invalid JSON") from None
+                except (ValueError, RecursionError) as exc:
+                    raise GateError(f"{path} line {lineno}: not usable JSON ({_json_problem(exc)})") from None
                 if not isinstance(obj, dict):
                     raise GateError(f"{path} line {lineno}: expected a JSON object")
                 yield lineno, obj
@@ -537,14 +728,18 @@ def _read_samples_careful(
         doc_id, filt = line.get("doc_id"), line.get("filter", "none")
         if not isinstance(doc_id, int) or isinstance(doc_id, bool):
             raise GateError(f"{where}: doc_id is {_short(doc_id)}, not an integer")
+        if not 0 <= doc_id <= _MAX_DOC_ID:
+            raise GateError(f"{where}: doc_id {_short(doc_id)} is out of range (lm-eval numbers docs from 0)")
         if not isinstance(filt, str):
             raise GateError(f"{where}: filter is {_short(filt)}, not a string")
         if (doc_id, filt) in seen:
             raise GateError(f"{where}: duplicate doc_id {doc_id} (filter {filt})")
         seen.add((doc_id, filt))
         hashes = tuple(line.get(k) for k in ("doc_hash", "prompt_hash", "target_hash"))
-        if not all(isinstance(h, str) and h for h in hashes):
-            raise GateError(f"{where}: doc_hash, prompt_hash and target_hash must be non-empty strings")
+        if not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes):
+            raise GateError(
+                f"{where}: doc_hash, prompt_hash and target_hash must be sha256 hex digests (64 hex digits)"
+            )
         task_hash.update("".join(hashes).encode("utf-8"))  # type: ignore[arg-type]
         metrics = wanted.metrics.get(filt)
         if metrics is None:
@@ -656,7 +851,7 @@ def _line_starts(data: bytes, prefix: bytes) -> list[int]:
 def _loads_or_none(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line.decode("utf-8", errors="replace"))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -780,6 +975,9 @@ def _check_and_build(
                 raise GateError(
                     f"{path}: {metric},{filt}: cannot aggregate the per-item values ({exc})"
                 ) from None
+            problem = out_of_range(metric, kind, values)
+            if problem:
+                raise GateError(f"{path}: {metric},{filt}: {problem}")
             want = reported[(metric, filt)]
             if not _close(recomputed, want):
                 raise GateError(

@@ -12,18 +12,33 @@ A baseline is gzip'd JSON (gzip mtime 0, so equal content gives equal bytes and 
 
 No prompts or generations are kept (only 16-hex-digit prefixes of lm-eval's item hashes),
 so a baseline is a fraction of the size of lm-eval's samples files. Floats are written with
-``repr`` precision, so loading gives back exactly the values that were saved.
+``repr`` precision, so loading gives back exactly the values that were saved. No absolute path
+of the writing machine is kept (``portable_path``).
+
+A baseline may arrive in a pull request, so loading fails closed (``GateError``, exit 2):
+the inflated size is capped (``max_inflated_bytes``: 64x the file, 16-256 MiB) while streaming;
+every field's type is checked; per-item values must lie in the metric's range and reproduce
+the stored aggregate (``reported``). Record and promote hold an ``flock`` on the baseline
+folder, so concurrent promotes serialize; history names are never reused.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
+import itertools
 import json
+import math
 import os
+import re
+import stat
+import sys
 import tempfile
+import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +46,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gatekeeper.model import GateError, MetricSeries, Provenance, RunResults, SeriesKey
+from gatekeeper.model import (
+    CORPUS_AGGREGATIONS,
+    RATIO_AGGREGATIONS,
+    GateError,
+    MetricSeries,
+    Provenance,
+    RunResults,
+    SeriesKey,
+)
+from gatekeeper.stats import aggregate
 
 if TYPE_CHECKING:
     from gatekeeper.suite import Suite
@@ -55,8 +79,13 @@ def save_baseline(
 
 
 def load_baseline(path: Path) -> RunResults:
-    """Read a baseline file; refuses unknown formats and files whose checksum does not match."""
-    path = Path(path)
+    """Read a baseline file; refuses unknown formats, files whose checksum does not match, fields
+    of the wrong type, and per-item values that disagree with the aggregate the file reports."""
+    return _load(Path(path))[1]
+
+
+def _load(path: Path) -> tuple[dict, RunResults]:
+    """The document and the results of one baseline file, from one (bounded) read."""
     doc = _read_document(path)
     if doc.get("format") != FORMAT:
         raise GateError(f"{path}: not a gatekeeper baseline (format {doc.get('format')!r})")
@@ -69,10 +98,14 @@ def load_baseline(path: Path) -> RunResults:
     body = {k: v for k, v in doc.items() if k != "checksum"}
     if doc.get("checksum") != _checksum(body):
         raise GateError(f"{path}: checksum mismatch (file corrupted or edited by hand)")
+    # The checksum only proves the file is whole (anyone can recompute it): check every field.
+    _validate_document(path, doc)
     try:
-        return from_document(doc, source=str(path))
-    except (KeyError, TypeError, ValueError) as exc:
+        res = from_document(doc, source=str(path))
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise GateError(f"{path}: malformed baseline ({type(exc).__name__}: {exc})") from None
+    _check_series(path, res)
+    return doc, res
 
 
 def is_baseline_file(path: Path) -> bool:
@@ -119,18 +152,90 @@ def record_results(
     results: RunResults, suite: Suite, *, force: bool = False, path: Path | None = None
 ) -> Path:
     target = Path(path) if path is not None else suite.baseline_path
-    _refuse_existing(target, force)
-    save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
+    with store_lock(target):
+        _refuse_existing(target, force)  # again, under the lock: another record may have won
+        save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
 
 
 def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None) -> Path:
     target = Path(path) if path is not None else suite.baseline_path
-    if target.is_file():
-        # Copy first, replace second: a failure at any point leaves the current baseline valid.
-        atomic_write_bytes(_history_path(target), target.read_bytes())
-    save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
+    with store_lock(target):
+        if target.is_file():
+            # Copy first, replace second: a failure at any point leaves the current baseline valid.
+            _write_history(target, target.read_bytes())
+        save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
+
+
+LOCK_TIMEOUT_S = 600.0
+
+
+@contextmanager
+def store_lock(target: Path, *, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the baseline folder's lock: record and promote run one at a time per folder.
+
+    The lock is ``fcntl.flock`` on the folder itself (no lock file to commit or leave behind;
+    the kernel drops it when the process dies, also on kill -9). Waiting is announced on
+    stderr. Temp files that a killed writer left behind are removed while the lock is held,
+    when no other writer can own them."""
+    folder = Path(target).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as exc:
+        raise GateError(f"{folder}: cannot lock the baseline folder ({exc.strerror or exc})") from None
+    try:
+        _acquire(fd, folder, timeout)
+        _remove_stale_temps(Path(target))
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _acquire(fd: int, folder: Path, timeout: float) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    except OSError as exc:
+        raise GateError(f"{folder}: cannot lock the baseline folder ({exc.strerror or exc})") from None
+    print(f"gatekeeper: waiting for {folder}: another baseline record/promote holds its lock",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(0.05)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise GateError(
+                    f"{folder}: still locked by another baseline record/promote after {timeout:.0f} s; "
+                    "retry when it has finished"
+                ) from None
+
+
+def _remove_stale_temps(target: Path) -> None:
+    name, stem = target.name, _stem(target)
+    stale = list(target.parent.glob(f".{name}.*.tmp"))
+    stale += list((target.parent / "history").glob(f".{stem}.*.json.gz.*.tmp"))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_history(target: Path, data: bytes) -> Path:
+    """The previous baseline under a new name in history/; never replaces an existing entry
+    (``os.link`` fails when the name is taken, even against a writer that ignores the lock)."""
+    for _ in range(1000):
+        dest = _history_path(target)
+        try:
+            atomic_write_bytes(dest, data, exclusive=True)
+            return dest
+        except FileExistsError:
+            continue
+    raise GateError(f"{target.parent / 'history'}: no free history name; clean up history/")
 
 
 def _refuse_existing(target: Path, force: bool) -> None:
@@ -160,8 +265,7 @@ def show(path: Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise GateError(f"{path}: no baseline file (record one with `gatekeeper baseline record`)")
-    doc = _read_document(path)
-    res = load_baseline(path)
+    doc, res = _load(path)  # one read: a hostile file is inflated (at most) once
     prov = res.provenance
     man = prov.manifest or {}
     lines = [
@@ -194,7 +298,7 @@ def show(path: Path) -> str:
 
 
 def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str | None) -> dict:
-    prov = asdict(results.provenance)
+    prov = _portable_provenance(asdict(results.provenance))
     if suite_hash is not None:
         prov["suite_hash"] = suite_hash
     body = {
@@ -286,12 +390,74 @@ def _series_from(s: dict) -> MetricSeries:
     )
 
 
+# ----------------------------------------------------------------------------- portable paths
+# A baseline is committed and read on other machines: it records no absolute path of the machine
+# that wrote it. A path inside a git repository is kept relative to that repository's root; any
+# other absolute path keeps only its last component.
+
+_PATH_KEYS = ("model_path", "model", "suite_path", "out", "results_file", "run_dir")
+
+
+def portable_path(value: str) -> str:
+    """``value`` relative to the git repository containing it, or its name when outside one;
+    relative paths and anything that is not an absolute path are returned unchanged."""
+    if not isinstance(value, str) or not value.startswith("/") or "\n" in value:
+        return value
+    path = Path(os.path.normpath(value))
+    for parent in path.parents:
+        if parent != Path(parent.anchor) and (parent / ".git").exists():
+            return path.relative_to(parent).as_posix()
+    return path.name or value
+
+
+def _portable_provenance(prov: dict) -> dict:
+    prov = dict(prov)
+    for key in ("source", "model_name"):
+        if isinstance(prov.get(key), str):
+            prov[key] = portable_path(prov[key])
+    manifest = prov.get("manifest")
+    if isinstance(manifest, dict):
+        manifest = dict(manifest)
+        for key in _PATH_KEYS:
+            if isinstance(manifest.get(key), str):
+                manifest[key] = portable_path(manifest[key])
+        if isinstance(manifest.get("command"), list):
+            manifest["command"] = [_portable_arg(a) for a in manifest["command"]]
+        prov["manifest"] = manifest
+    return prov
+
+
+def _portable_arg(arg: Any) -> Any:
+    if isinstance(arg, str) and arg.endswith(("gatekeeper/__main__.py", "/gatekeeper")) and arg.startswith("/"):
+        return "gatekeeper"  # argv[0] of `python -m gatekeeper` or the console script
+    return portable_path(arg) if isinstance(arg, str) else arg
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory."""
+def atomic_write_bytes(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory.
+
+    Only a regular file (or a new one) is replaced that way. Anything else that exists is
+    written through, as a shell redirection would: a character device (``/dev/stdout``,
+    ``/dev/null``), a FIFO or process substitution. A symlink is followed: the file it points to
+    is replaced and the link stays a link. ``exclusive``: fail with ``FileExistsError`` rather
+    than replace an existing ``path``."""
     path = Path(path)
+    try:
+        st = os.stat(path)  # follows symlinks, also /proc's "magic" fd links
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if exclusive:
+            raise FileExistsError(path)
+        _write_through(path, data, st)
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # replace the link's target, keep the link
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -306,13 +472,31 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)  # FileExistsError when taken; the temp name goes in `finally`
+        else:
+            os.replace(tmp, path)
     except BaseException as exc:  # also KeyboardInterrupt: never leave the temp file behind
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not isinstance(exc, FileExistsError):
             raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
         raise
+    if exclusive:
+        Path(tmp).unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def _write_through(path: Path, data: bytes, st: os.stat_result) -> None:
+    """Write into an existing non-regular file (device, FIFO) without replacing it."""
+    if stat.S_ISDIR(st.st_mode):
+        raise GateError(f"{path}: is a directory; give a file name")
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))  # no O_CREAT: it exists
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+    except OSError as exc:
+        raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -328,28 +512,64 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def max_inflated_bytes(compressed: int) -> int:
+    """The most bytes a baseline of ``compressed`` bytes may inflate to.
+
+    Baselines compress about 3-10x (hex hashes and floats); 64x the file size, at least 16 MiB
+    and at most 256 MiB, leaves ample room for real files and stops a gzip bomb (1000x) after
+    reading a bounded amount, in well under a second."""
+    return min(MAX_INFLATED_BYTES, max(16 << 20, 64 * compressed))
+
+
+MAX_INFLATED_BYTES = 256 << 20
+
+
 def _read_document(path: Path) -> dict:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            magic = fh.read(2)
+            size = os.fstat(fh.fileno()).st_size
+            if magic != _GZIP_MAGIC:
+                raise GateError(f"{path}: not a gzip'd gatekeeper baseline")
+            fh.seek(0)
+            raw = _inflate(path, fh, max_inflated_bytes(size))
     except FileNotFoundError:
         raise GateError(f"{path}: baseline file not found") from None
     except OSError as exc:
         raise GateError(f"{path}: cannot read baseline ({exc.strerror})") from None
-    if not raw.startswith(_GZIP_MAGIC):
-        raise GateError(f"{path}: not a gzip'd gatekeeper baseline")
     try:
-        text = gzip.decompress(raw).decode("utf-8")
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
-        # gzip's own CRC caught it: truncated (EOFError) or damaged bytes.
-        what = "truncated" if isinstance(exc, EOFError) else "corrupted"
-        raise GateError(f"{path}: baseline file is {what} (gzip data does not decompress)") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GateError(f"{path}: baseline is not valid UTF-8 text") from None
+    del raw
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GateError(f"{path}: baseline is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # 4300+ digit integers, arrays nested 1000s deep
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number with too many digits"
+        raise GateError(f"{path}: baseline is not usable JSON ({what})") from None
     if not isinstance(doc, dict):
         raise GateError(f"{path}: not a gatekeeper baseline")
     return doc
+
+
+def _inflate(path: Path, fh: Any, limit: int) -> bytes:
+    """The gzip content of ``fh``, streamed: stops as soon as it would exceed ``limit`` bytes."""
+    try:
+        with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+            data = gz.read(limit + 1)  # GzipFile inflates incrementally: never more than asked
+    except EOFError:
+        raise GateError(f"{path}: baseline file is truncated (gzip data does not decompress)") from None
+    except (gzip.BadGzipFile, zlib.error):
+        # gzip's own CRC caught it: damaged bytes.
+        raise GateError(f"{path}: baseline file is corrupted (gzip data does not decompress)") from None
+    if len(data) > limit:
+        raise GateError(
+            f"{path}: baseline inflates to more than {limit >> 20} MiB from "
+            f"{os.fstat(fh.fileno()).st_size:,} bytes (a gzip bomb, or not a baseline); restore it from git or re-record it"
+        )
+    return data
 
 
 def _load_run_for(run_dir: Path, suite: Suite) -> RunResults:
@@ -410,3 +630,208 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
     return str(obj)
+
+
+# ----------------------------------------------------------------------------- validation
+# A baseline can arrive in a pull request: its checksum proves nothing (anyone can recompute
+# it), so every field is checked for the type this module writes before it is used.
+
+_HASH_RE = re.compile(r"[0-9a-f]{16,64}")
+_MAX_DOC_ID = (1 << 53) - 1
+_MAX_DATE = 253402300799.0  # 9999-12-31T23:59:59Z
+
+
+class _Bad(Exception):
+    """One wrong field: ``(field, value, expected)``; ``_validate_document`` names the file."""
+
+
+def _want(ok: bool, field: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise _Bad(field, value, expected)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_finite(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
+def _opt(v: Any, *types: type) -> bool:
+    return v is None or (isinstance(v, types) and not isinstance(v, bool))
+
+
+def _validate_document(path: Path, doc: dict) -> None:
+    try:
+        _check_document(doc)
+    except _Bad as bad:
+        if len(bad.args) == 2:
+            raise GateError(f"{path}: {bad.args[0]}: {bad.args[1]} (edited by hand? re-record the baseline)") from None
+        field, value, expected = bad.args
+        text = repr(value)
+        text = text if len(text) <= 40 else text[:37] + "..."
+        raise GateError(
+            f"{path}: {field} is {text}, expected {expected} (edited by hand? re-record the baseline)"
+        ) from None
+
+
+def _check_document(doc: dict) -> None:
+    _want(_opt(doc.get("suite"), str), "suite", doc.get("suite"), "a string or null")
+    _want(_opt(doc.get("suite_hash"), str), "suite_hash", doc.get("suite_hash"), "a string or null")
+    _want(_opt(doc.get("created"), str), "created", doc.get("created"), "a date string")
+    _check_provenance(doc.get("provenance"))
+    groups = doc.get("groups", {})
+    _want(isinstance(groups, dict), "groups", groups, "an object")
+    for name, metrics in groups.items():
+        _want(isinstance(metrics, dict) and all(_is_finite(v) for v in metrics.values()),
+              f"groups[{name}]", metrics, "an object of finite numbers")
+    subtasks = doc.get("group_subtasks", {})
+    _want(isinstance(subtasks, dict), "group_subtasks", subtasks, "an object")
+    for name, tasks in subtasks.items():
+        _want(isinstance(tasks, list) and all(isinstance(t, str) for t in tasks),
+              f"group_subtasks[{name}]", tasks, "a list of task names")
+    series = doc.get("series")
+    _want(isinstance(series, list), "series", series, "a list")
+    seen = set()
+    for i, s in enumerate(series):
+        _want(isinstance(s, dict), f"series[{i}]", s, "an object")
+        key = _check_series_doc(i, s)
+        _want(key not in seen, f"series[{i}]", key, "each (task, filter, metric) once")
+        seen.add(key)
+
+
+def _check_provenance(prov: Any) -> None:
+    _want(isinstance(prov, dict), "provenance", prov, "an object")
+    for key in ("source", "lm_eval_version", "model_name", "model_dtype", "device",
+                "chat_template_sha", "transformers_version", "suite_hash"):
+        _want(_opt(prov.get(key), str), f"provenance.{key}", prov.get(key), "a string or null")
+    for key in ("task_versions", "n_shot", "configs", "seeds", "n_samples", "task_hashes", "manifest"):
+        _want(_opt(prov.get(key), dict), f"provenance.{key}", prov.get(key), "an object")
+    _want(_opt(prov.get("batch_size"), str, int), "provenance.batch_size", prov.get("batch_size"),
+          "a number, a string or null")
+    limit = prov.get("limit")
+    _want(limit is None or _is_finite(limit), "provenance.limit", limit, "a number or null")
+    date = prov.get("date")
+    _want(date is None or (_is_finite(date) and 0 <= float(date) <= _MAX_DATE), "provenance.date", date,
+          "a Unix time in seconds or null")
+    for task, n in (prov.get("n_shot") or {}).items():
+        _want(n is None or (_is_int(n) and 0 <= n < 1 << 31), f"provenance.n_shot[{task}]", n,
+              "a number of examples")
+    for task, cfg in (prov.get("configs") or {}).items():
+        _want(isinstance(cfg, dict), f"provenance.configs[{task}]", cfg, "an object")
+    for task, version in (prov.get("task_versions") or {}).items():
+        _want(version is None or isinstance(version, str) or _is_finite(version),
+              f"provenance.task_versions[{task}]", version, "a version")
+    for task, counts in (prov.get("n_samples") or {}).items():
+        _want(isinstance(counts, dict) and all(_is_int(counts.get(k)) and 0 <= counts[k] <= _MAX_DOC_ID
+                                               for k in ("original", "effective")),
+              f"provenance.n_samples[{task}]", counts, 'an object {"original": N, "effective": N}')
+    for task, h in (prov.get("task_hashes") or {}).items():
+        _want(isinstance(h, str) and _HASH_RE.fullmatch(h) is not None, f"provenance.task_hashes[{task}]",
+              h, "16 to 64 hex digits")
+    from gatekeeper.results import manifest_problem
+
+    problem = manifest_problem(prov.get("manifest") or {})
+    if problem:
+        raise _Bad("provenance.manifest", problem)
+    for name, seed in (prov.get("seeds") or {}).items():
+        _want(seed is None or _is_int(seed), f"provenance.seeds[{name}]", seed, "an integer or null")
+
+
+def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
+    where = f"series[{i}]"
+    for key in ("task", "filter", "metric", "kind", "aggregation"):
+        _want(isinstance(s.get(key), str) and s[key] != "", f"{where}.{key}", s.get(key), "a non-empty string")
+    kind, agg = s["kind"], s["aggregation"]
+    allowed = {"mean": ("mean",), "ratio": RATIO_AGGREGATIONS, "corpus": CORPUS_AGGREGATIONS}
+    _want(kind in allowed, f"{where}.kind", kind, "mean, ratio or corpus")
+    _want(agg in allowed[kind], f"{where}.aggregation", agg, f"one of {', '.join(allowed[kind])}")
+    _want(isinstance(s.get("higher_is_better"), bool), f"{where}.higher_is_better",
+          s.get("higher_is_better"), "true or false")
+    reported = s.get("reported")
+    _want(reported is None or _is_finite(reported), f"{where}.reported", reported, "a finite number or null")
+    doc_ids = s.get("doc_ids")
+    _want(isinstance(doc_ids, list) and len(doc_ids) > 0, f"{where}.doc_ids", doc_ids, "a non-empty list")
+    if not (set(map(type, doc_ids)) == {int} and 0 <= min(doc_ids) and max(doc_ids) <= _MAX_DOC_ID):
+        for d in doc_ids:  # the slow loop only to name the offending value
+            _want(_is_int(d) and 0 <= d <= _MAX_DOC_ID, f"{where}.doc_ids", d, "integers from 0 to 2**53-1")
+    _want(len(set(doc_ids)) == len(doc_ids), f"{where}.doc_ids", "duplicates", "each doc once")
+    n = len(doc_ids)
+    values = s.get("values")
+    _want(isinstance(values, list) and len(values) == n, f"{where}.values", values, f"a list of {n} items")
+    for v in values if not (kind == "mean" and _all_finite(values)) else ():
+        if kind == "mean":
+            _want(_is_finite(v), f"{where}.values", v, "finite numbers")
+        elif kind == "ratio":
+            _want(isinstance(v, list) and len(v) == 2 and all(_is_finite(x) for x in v),
+                  f"{where}.values", v, "[loglikelihood, count] pairs")
+        else:
+            _want(isinstance(v, list) and len(v) == 2 and all(_is_text(x) for x in v),
+                  f"{where}.values", v, "[reference, prediction] pairs of text")
+    hashes = s.get("hashes")
+    _want(isinstance(hashes, list) and len(hashes) == n, f"{where}.hashes", hashes, f"a list of {n} items")
+    for row in hashes if not _all_hashes(hashes) else ():
+        _want(isinstance(row, list) and len(row) == 3
+              and all(isinstance(h, str) and _HASH_RE.fullmatch(h) for h in row),
+              f"{where}.hashes", row, "[doc, prompt, target] hashes of 16 to 64 hex digits")
+    clusters = s.get("clusters")
+    _want(clusters is None or (isinstance(clusters, list) and len(clusters) == n
+                               and all(isinstance(c, str) for c in clusters)),
+          f"{where}.clusters", clusters, f"null or a list of {n} strings")
+    return s["task"], s["filter"], s["metric"]
+
+
+def _all_finite(values: list) -> bool:
+    """Fast path: plain finite numbers (no bools), checked without a Python loop per item."""
+    if not set(map(type, values)) <= {int, float}:
+        return False
+    try:
+        return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
+    except OverflowError:
+        return False
+
+
+def _all_hashes(rows: list) -> bool:
+    """Fast path: every row is three hex strings of 16 to 64 digits."""
+    if set(map(type, rows)) != {list} or set(map(len, rows)) != {3}:
+        return False
+    flat = list(itertools.chain.from_iterable(rows))
+    if set(map(type, flat)) != {str} or not set(map(len, flat)) <= set(range(16, 65)):
+        return False
+    return _HEX_ONLY.fullmatch("".join(flat)) is not None
+
+
+_HEX_ONLY = re.compile(r"[0-9a-f]*")
+
+
+def _is_text(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _check_series(path: Path, res: RunResults) -> None:
+    """Per-item values inside the metric's range and agreeing with the aggregate the file
+    reports, with the tolerance the lm-eval reader uses: a baseline edited item by item (a
+    recomputed checksum) no longer matches its own aggregate."""
+    from gatekeeper.results import _close, out_of_range
+
+    for key, s in res.series.items():
+        problem = out_of_range(key.metric, s.kind, s.values)
+        if problem:
+            raise GateError(f"{path}: {key}: {problem} (edited by hand? re-record the baseline)")
+        if s.reported is None:
+            continue  # nothing to check against (older writers stored no aggregate)
+        try:
+            recomputed = aggregate(s.kind, s.aggregation, s.values)
+        except ValueError as exc:
+            raise GateError(f"{path}: {key}: cannot aggregate the per-item values ({exc})") from None
+        if not _close(recomputed, float(s.reported)):
+            raise GateError(
+                f"{path}: {key}: the per-item values give {recomputed!r}, but the file reports "
+                f"{s.reported!r} (edited by hand? re-record the baseline)"
+            )

@@ -250,3 +250,42 @@ def test_a_json_round_trip_changes_nothing(good):
     p.n_shot = {t: float(v) for t, v in p.n_shot.items()}
     p.task_versions = {t: str(v) for t, v in p.task_versions.items()}
     assert check_compatible(good, cand) == []
+
+
+def test_same_model_by_absolute_and_relative_path_is_no_difference(good, tmp_path):
+    """The action passes /github/workspace/ckpt, a baseline recorded locally says ckpt."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent  # a git checkout
+    base, cand = copy.deepcopy(good), copy.deepcopy(good)
+    base.provenance.model_name = "examples/checkpoints/base"
+    cand.provenance.model_name = str(repo / "examples" / "checkpoints" / "base")
+    assert check_compatible(base, cand) == []
+    cand.provenance.model_name = "./examples/checkpoints/base/"
+    assert check_compatible(base, cand) == []
+    cand.provenance.model_name = str(repo / "examples" / "checkpoints" / "harmless")
+    assert _context(check_compatible(base, cand)) == [
+        "model: examples/checkpoints/base in baseline, examples/checkpoints/harmless in candidate"
+    ]
+
+
+def test_batch_size_string_and_int_are_the_same(good):
+    """lm-eval's CLI writes batch_size "16", its Python API 16."""
+    base, cand = copy.deepcopy(good), copy.deepcopy(good)
+    base.provenance.batch_size, cand.provenance.batch_size = "16", 16
+    assert check_compatible(base, cand) == []
+    cand.provenance.batch_size = "auto"
+    assert _context(check_compatible(base, cand)) == ["batch size: 16 in baseline, auto in candidate"]
+
+
+def test_missing_lm_eval_version_is_an_error(good):
+    cand = copy.deepcopy(good)
+    cand.provenance.lm_eval_version = None
+    assert _errors(check_compatible(good, cand)) == ["lm-eval version 0.4.13 in baseline, unset in candidate"]
+    assert _errors(check_compatible(cand, good)) == ["lm-eval version unset in baseline, 0.4.13 in candidate"]
+
+
+def test_short_task_hashes_are_an_error(good):
+    base, cand = copy.deepcopy(good), copy.deepcopy(good)
+    base.provenance.task_hashes = {t: h[:1] for t, h in base.provenance.task_hashes.items()}
+    assert any("task_hashes too short" in m for m in _errors(check_compatible(base, cand)))
