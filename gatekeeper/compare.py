@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -22,7 +23,14 @@ POWER = 0.8
 
 @dataclass
 class Comparison:
-    """The outcome for one (task, filter, metric)."""
+    """The outcome for one (task, filter, metric).
+
+    ``level`` is the one-sided level the decision tested this comparison at (alpha split by the
+    multiplicity correction: ``p`` < ``level`` exactly when ``p_adjusted`` < alpha), and
+    ``interval`` the two-sided interval for delta at confidence 1 - 2 * level: its drop-side
+    end is the one-sided bound the decision agrees with. ``rounded``: items whose difference
+    was within the rounding floor and counted as none.
+    """
 
     key: SeriesKey
     gated: bool
@@ -33,11 +41,22 @@ class Comparison:
     verdict: str
     mde: float
     right_to_wrong: list[int] = field(default_factory=list)
+    level: float = 0.05
+    interval: tuple[float, float] = (0.0, 0.0)
+    p_value: float | None = None  # the p-value the decision used (noninferiority: vs the margin)
+    rounded: int = 0
+    within_rounding: bool = False  # the aggregate moved by no more than rounding
 
     @property
     def drop(self) -> float:
         """How much worse the candidate is, in metric units (negative: it got better)."""
         return -self.test.delta if self.higher_is_better else self.test.delta
+
+    @property
+    def drop_bounds(self) -> tuple[float, float]:
+        """(lower, upper) bound on the drop from ``interval``."""
+        lo, hi = self.interval
+        return (-hi, -lo) if self.higher_is_better else (lo, hi)
 
 
 @dataclass
@@ -127,31 +146,79 @@ def _parents(run: RunResults, task: str) -> tuple[str, ...]:
     return tuple(sorted(g for g, subs in run.group_subtasks.items() if task in subs))
 
 
-def _verdict(test: stats.PairedTest, hib: bool, margin: float, p: float, alpha: float) -> str:
-    # Work in "drop" units (positive = candidate worse), whatever the metric's direction.
-    drop = -test.delta if hib else test.delta
-    worst_drop = -test.ci_low if hib else test.ci_high  # the interval's most pessimistic end
-    if drop > margin and p < alpha:
+def _verdict(drop: float, bounds: tuple[float, float], margin: float, p: float, alpha: float,
+             within_rounding: bool) -> str:
+    """Work in "drop" units (positive = candidate worse), whatever the metric's direction.
+
+    ``bounds`` is the interval on the drop at the level the decision used, so the label and the
+    interval shown agree: regressed needs its lower end above 0, and a lower end above the
+    margin is a regression whatever the p-value (fail closed at the boundary where the
+    permutation p-value and the bootstrap interval disagree).
+    """
+    low, high = bounds
+    if within_rounding:
+        return "unchanged"  # the aggregate moved by no more than floating-point noise
+    if (drop > margin and p < alpha and low > 0) or low > margin:
         return "regressed"
-    if worst_drop < 0:
+    if high < 0:
         return "improved"  # the whole interval is on the better side
-    if worst_drop > margin:
+    if high > margin:
         return "inconclusive"  # a drop larger than the margin is not ruled out
     return "unchanged"
 
 
-def _mde(test: stats.PairedTest, alpha: float) -> float:
-    """Smallest drop caught with 80% power, from the observed spread of the differences.
+def _mde(test: stats.PairedTest, margin: float, alpha: float) -> float:
+    """Smallest true drop this rule flags with 80% power (margin and multiplicity included).
 
-    With few or no flipped items the observed spread is ~0, which would claim any drop is
-    detectable. For McNemar a drop needs at least k items flipping one way before mid-p can
-    reach alpha (0.5**(k+1) < alpha), so k/n is a floor no matter how quiet the rerun was.
+    McNemar: with a share pi of items flipping either way, a true drop d adds d right-to-wrong
+    flips; the test's spread is sqrt((pi + d) / n), the estimate's sqrt((pi + d - d^2) / n). At
+    least k one-way flips are needed before mid-p can reach alpha (0.5**(k+1) < alpha), so
+    k/n is a floor no matter how quiet the rerun was. Other tests: the bootstrap's spread, and
+    the permutation spread plus the d^2 a shift adds per unit. NaN when no item differed on a
+    non-0/1 metric: the data say nothing about the spread of a real change.
     """
-    mde = stats.mde(test.se, alpha, POWER)
-    if test.test.startswith("mcnemar") and test.n:
+    n = test.n
+    if test.counts is not None:
+        pi = (test.counts[1] + test.counts[2]) / n
+        mde = stats.mde_for_rule(
+            margin, alpha,
+            se_null=lambda d: math.sqrt((pi + d) / n),
+            se_alt=lambda d: math.sqrt(max(0.0, pi + d - d * d) / n),
+            power=POWER,
+        )
         k_min = math.floor(math.log2(1 / alpha) - 1) + 1
-        mde = max(mde, k_min / test.n)
-    return mde
+        return max(mde, k_min / n)
+    if test.identical or test.se == 0:
+        return math.nan
+    m = test.units
+    return stats.mde_for_rule(
+        margin, alpha,
+        se_null=lambda d: math.sqrt(test.se_null**2 + d * d / m),
+        se_alt=lambda d: test.se,
+        power=POWER,
+    )
+
+
+def _resolution_warnings(c: Comparison, alpha: float) -> list[str]:
+    """Warn when the margin is below what the items can resolve: below one item (0/1 metrics),
+    or below the smallest drop that can be significant at all (z * the test's null spread), in
+    which case the test, not the margin, decides what fails. Margin 0 is a deliberate "any
+    significant drop" and is not warned about."""
+    t = c.test
+    if not c.gated or c.margin <= 0 or c.verdict == "regressed":  # a clear regression had power
+        return []
+    if t.counts is not None and c.margin < 1 / t.n:
+        return [
+            f"{c.key}: margin {c.margin:.4g} is below one item (1/{t.n} = {1 / t.n:.4g}): any single "
+            "right-to-wrong item exceeds it; set a margin of a few items or more"
+        ]
+    critical = NormalDist().inv_cdf(1 - alpha) * t.se_null
+    if critical > c.margin:
+        return [
+            f"{c.key}: margin {c.margin:.4g} is below what {t.units} items can resolve: only a drop "
+            f"above {critical:.4g} can be significant (mde {c.mde:.4g}); add items or widen the margin"
+        ]
+    return []
 
 
 def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib: bool) -> list[int]:
@@ -191,11 +258,13 @@ def compare_runs(
 
     _refuse_gated_untestable(candidate, policy)
     warnings: list[str] = []
+    notes_rounding: list[str] = []
     pending = []
     for key in sorted(baseline.series, key=str):
         b_series, c_series = baseline.series[key], candidate.series[key]
         base, cand, clusters = pair_series(b_series, c_series, where=f"task {key.task} ({key.metric},{key.filter})")
         margin, gated = policy.lookup(key, _parents(candidate, key.task))
+        cand, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
         try:
             test = stats.paired_test(
                 b_series.kind,
@@ -213,25 +282,37 @@ def compare_runs(
             raise GateError(f"{src}: {key}: {exc}") from None
         warnings.extend(f"{key}: {w}" for w in test.warnings)
         r2w = _right_to_wrong(base, cand, b_series.doc_ids, b_series.higher_is_better)
-        pending.append((key, gated, margin, b_series.higher_is_better, test, r2w))
+        hib = b_series.higher_is_better
+        # noninferiority: H0 "the drop is at most the margin"; superiority: H0 "no drop".
+        p = test.p_drop_above(margin, hib) if policy.test == "noninferiority" else test.p_worse
+        pending.append((key, gated, margin, hib, test, r2w, p, rounded))
 
-    gated_idx = [i for i, p in enumerate(pending) if p[1]]
-    p_adj = stats.adjust_pvalues(np.array([pending[i][4].p_worse for i in gated_idx]), policy.correction)
+    gated_idx = [i for i, q in enumerate(pending) if q[1]]
+    raw = np.array([pending[i][6] for i in gated_idx])
+    method = policy.correction
+    p_adj = stats.adjust_pvalues(raw, method)
     adjusted = dict(zip(gated_idx, p_adj.tolist(), strict=True))
+    levels = dict(zip(gated_idx, stats.decision_levels(raw, method, policy.alpha).tolist(), strict=True))
     # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
-    per_alpha = policy.alpha / max(1, len(gated_idx)) if policy.correction != "none" else policy.alpha
+    per_alpha = policy.alpha / max(1, len(gated_idx)) if method != "none" else policy.alpha
 
     comparisons = []
-    for i, (key, gated, margin, hib, test, r2w) in enumerate(pending):
+    for i, (key, gated, margin, hib, test, r2w, p_raw, rounded) in enumerate(pending):
         p = adjusted.get(i)
-        verdict = _verdict(test, hib, margin, p if p is not None else test.p_worse, policy.alpha)
-        mde = _mde(test, per_alpha)
-        comparisons.append(Comparison(key, gated, margin, hib, test, p, verdict, mde, r2w))
-        # On a clear regression the test had power enough; the warning would only be noise.
-        if gated and margin > 0 and mde > margin and verdict != "regressed":
-            warnings.append(
-                f"{key}: the smallest drop this comparison can catch (mde {mde:.4g}) is larger than "
-                f"its margin {margin:.4g}: {test.n} items are too few for that margin"
+        level = levels.get(i, policy.alpha)
+        interval = test.interval_at(1 - 2 * level)
+        floor = stats.within_floor(test.delta, test.baseline, test.candidate, policy.rounding)
+        c = Comparison(key, gated, margin, hib, test, p, "", math.nan, r2w, level, interval, p_raw, rounded, floor)
+        c.verdict = _verdict(c.drop, c.drop_bounds, margin, p if p is not None else p_raw, policy.alpha, floor)
+        c.mde = _mde(test, margin if policy.test == "superiority" else 0.0, per_alpha)
+        if policy.test == "noninferiority":
+            c.mde += margin  # the drop beyond the margin the shifted test catches with 80% power
+        comparisons.append(c)
+        warnings.extend(_resolution_warnings(c, per_alpha))
+        if rounded:
+            notes_rounding.append(
+                f"{key}: {rounded} of {test.n} items differed only by rounding "
+                f"(<= {policy.rounding:g} relative) and count as unchanged"
             )
 
     regressions = [c for c in comparisons if c.gated and c.verdict == "regressed"]
@@ -249,6 +330,6 @@ def compare_runs(
         policy=policy,
         suite=suite,
         notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes]
-        + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
+        + notes_rounding + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
             candidate.untestable.items(), key=lambda kv: str(kv[0]))],
     )

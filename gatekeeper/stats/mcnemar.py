@@ -44,6 +44,26 @@ def _wilson(x: int, n: int, z: float) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def corrected_phi(a: int, b: int, c: int, d: int) -> float:
+    """Newcombe's continuity-corrected correlation of the two runs' right/wrong outcomes.
+
+    A = ad - bc is replaced by A - N/2 when A > N/2, by 0 when 0 <= A <= N/2, and kept when
+    A < 0 (Newcombe 1998, method 10; as in biostatUZH's ``confIntPairedProportion``). The plain
+    phi overstates the correlation in small tables and makes the interval too narrow. 0 when a
+    margin of the table is empty.
+    """
+    n = a + b + c + d
+    denom = (a + b) * (c + d) * (a + c) * (b + d)
+    if denom <= 0:
+        return 0.0
+    big_a = a * d - b * c
+    if big_a > n / 2:
+        big_a -= n / 2
+    elif big_a >= 0:
+        big_a = 0
+    return big_a / math.sqrt(denom)
+
+
 def newcombe_interval(a: int, b: int, c: int, d: int, confidence: float) -> tuple[float, float]:
     """Newcombe's hybrid score interval for a paired difference of proportions (Newcombe 1998,
     method 10, no continuity correction) for p_cand - p_base.
@@ -57,9 +77,7 @@ def newcombe_interval(a: int, b: int, c: int, d: int, confidence: float) -> tupl
     p1, p2 = (a + c) / n, (a + b) / n  # candidate, baseline proportions right
     l1, u1 = _wilson(a + c, n, z)
     l2, u2 = _wilson(a + b, n, z)
-    denom = (a + b) * (c + d) * (a + c) * (b + d)
-    # phi: correlation of the two runs' right/wrong outcomes (0 when a margin is degenerate).
-    phi = (a * d - b * c) / math.sqrt(denom) if denom > 0 else 0.0
+    phi = corrected_phi(a, b, c, d)
     theta = p1 - p2
     lo_sq = (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2
     hi_sq = (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2
