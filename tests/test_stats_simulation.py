@@ -12,10 +12,15 @@ Tolerances are Monte Carlo allowances: 2.5 standard errors of the simulated rate
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
+import pytest
 
+from gatekeeper.compare import compare_runs
+from gatekeeper.policy import Policy
 from gatekeeper.stats import adjust_pvalues, paired_test
+from tests.synthetic import fast_series, paired_binary, run
 
 ALPHA = 0.05
 N_COMPARISONS = 5
@@ -133,3 +138,86 @@ def test_cluster_test_holds_level_where_naive_test_does_not():
     print(f"clustered harmless change: naive {naive_rate:.3f}, cluster {cluster_rate:.3f}")
     assert naive_rate > 2 * ALPHA  # the demonstration: ignoring clusters over-rejects
     assert cluster_rate <= ALPHA + _allowance(ALPHA, n_sims)
+
+
+# ---------------------------------------------------------------- MDE: power of the rule at the reported MDE
+#
+# The reported MDE must be the smallest true drop that *the gate's rule* (drop > margin, Holm-
+# adjusted one-sided p < alpha, interval agreeing) flags with 80% power. Each case simulates
+# whole comparisons through ``compare_runs``: the MDE is read off harmless pilot runs (their
+# median: one pilot's spread is itself noisy), then the same kind of run with that true drop
+# is gated ``N_POWER_SIMS`` times. The other gated comparisons of the suite are harmless
+# right/wrong tasks, so Holm splits alpha across all of them.
+
+N_POWER_SIMS = 300
+Make = Callable[[np.random.Generator, float], tuple[np.ndarray, np.ndarray, dict]]
+
+
+def _right_wrong(n: int, flip_rate: float) -> Make:
+    """A share ``flip_rate`` of items flip either way; a true drop d adds d right-to-wrong flips."""
+    def make(rng: np.random.Generator, d: float):
+        base, cand = paired_binary(rng, n, flip_rate / 2 + d, flip_rate / 2)
+        return base, cand, {}
+    return make
+
+
+def _continuous(n: int, noise: float) -> Make:
+    def make(rng: np.random.Generator, d: float):
+        base = rng.beta(2, 3, n)  # e.g. F1 per item
+        return base, base + rng.normal(0, noise, n) - d, {}
+    return make
+
+
+def _ratio(n: int) -> Make:
+    """Word perplexity (lower is better): a true drop d raises the perplexity by d."""
+    def make(rng: np.random.Generator, d: float):
+        count = rng.integers(20, 400, n).astype(float)
+        true_ll = -count * rng.gamma(20, 0.05, n)
+        base = np.column_stack([true_ll + rng.normal(0, 2, n) * np.sqrt(count), count])
+        shift = np.log1p(d / np.exp(-base[:, 0].sum() / count.sum()))  # nats per word
+        cand = np.column_stack([true_ll + rng.normal(0, 2, n) * np.sqrt(count) - shift * count, count])
+        return base, cand, {"kind": "ratio", "aggregation": "weighted_perplexity", "higher_is_better": False}
+    return make
+
+
+def _clustered(n_clusters: int, size: int) -> Make:
+    labels = np.repeat(np.arange(n_clusters), size)
+
+    def make(rng: np.random.Generator, d: float):
+        lean = rng.uniform(0.05, 0.95, n_clusters)[labels]  # whole clusters move together
+        base, cand = paired_binary(rng, labels.size, 0.2 * (1 - lean) + d, 0.2 * lean)
+        return base, cand, {"clusters": labels}
+    return make
+
+
+def _gate_once(rng: np.random.Generator, make: Make, d: float, n_gated: int, margin: float):
+    base, cand, kw = make(rng, d)
+    a, b = [fast_series("target", base, **kw)], [fast_series("target", cand, **kw)]
+    for j in range(n_gated - 1):  # the rest of the suite: harmless right/wrong tasks
+        nb, nc = paired_binary(rng, 100, 0.1, 0.1)
+        a.append(fast_series(f"other{j:02d}", nb))
+        b.append(fast_series(f"other{j:02d}", nc))
+    out = compare_runs(run(*a), run(*b), Policy(margin=margin, resamples=1000), seed=int(rng.integers(2**31)))
+    return next(c for c in out.comparisons if c.key.task == "target")
+
+
+@pytest.mark.parametrize(
+    "make, n_gated, margin",
+    [
+        pytest.param(_right_wrong(1000, 0.1), 1, 0.0, id="right/wrong n=1000"),
+        pytest.param(_right_wrong(1000, 0.1), 20, 0.0, id="right/wrong 1 of 20 Holm"),
+        pytest.param(_right_wrong(1000, 0.1), 1, 0.02, id="right/wrong margin 0.02"),
+        pytest.param(_right_wrong(200, 0.06), 3, 0.05, id="right/wrong demo-like"),
+        pytest.param(_continuous(200, 0.15), 3, 0.02, id="continuous"),
+        pytest.param(_ratio(150), 3, 0.3, id="ratio perplexity"),
+        pytest.param(_clustered(40, 25), 2, 0.0, id="clustered"),
+    ],
+)
+def test_power_at_reported_mde_is_80_percent(make: Make, n_gated: int, margin: float):
+    rng = np.random.default_rng(20261201)
+    mde = float(np.median([_gate_once(rng, make, 0.0, n_gated, margin).mde for _ in range(9)]))
+    assert mde > margin
+    hits = sum(_gate_once(rng, make, mde, n_gated, margin).verdict == "regressed" for _ in range(N_POWER_SIMS))
+    power = hits / N_POWER_SIMS
+    print(f"mde {mde:.4g}, power there {power:.3f}")
+    assert 0.75 <= power <= 0.85

@@ -108,3 +108,72 @@ def mcnemar(baseline: np.ndarray, candidate: np.ndarray, higher_is_better: bool,
     # (b + c) / n - delta^2.
     se = math.sqrt(max(0.0, (b + c) / n - delta * delta) / n)
     return McNemar(b, c, n, p_worse, p_better, lo, hi, se)
+
+
+def _first_flagged(big_n: np.ndarray, n: int, margin: float, alpha: float) -> np.ndarray:
+    """For each discordant count N, the fewest right-to-wrong flips b the rule flags: mid-p < alpha
+    and (2b - N) / n > margin. Mid-p lies between P(X >= b + 1) and P(X >= b), so the first b
+    with P(X > b) <= alpha (binom.isf) is at most one away; the three candidates are checked."""
+    from scipy.special import bdtrc
+    from scipy.stats import binom
+
+    # bdtrc wants integer counts (floats are deprecated, and slow through the warning machinery)
+    start = np.maximum(binom.isf(alpha, big_n, 0.5) - 1, 0).astype(np.int64)
+    first = np.full(big_n.shape, np.inf)
+    for step in (2, 1, 0):  # from the largest candidate down: the last passing one is the smallest
+        b = start + step
+        midp = 0.5 * (bdtrc(b - 1, big_n, 0.5) + bdtrc(b, big_n, 0.5))
+        first = np.where((midp < alpha) & (b <= big_n), b, first)
+    by_margin = np.floor((margin * n + big_n) / 2 + 1e-9) + 1
+    return np.maximum(first, by_margin)
+
+
+def power(n: int, flip_rate: float, drop: float, margin: float, alpha: float,
+          _cache: dict | None = None) -> float:
+    """Exact probability that the gate's McNemar rule flags a true drop ``drop`` on n items.
+
+    Items flip either way at ``flip_rate`` in total; a true drop adds ``drop`` right-to-wrong
+    flips: N discordant ~ Binomial(n, flip_rate + drop), right-to-wrong among them ~
+    Binomial(N, (flip_rate / 2 + drop) / (flip_rate + drop)). The rule flags when mid-p < alpha
+    and the observed drop (b - c) / n exceeds the margin. Summed over the likely N, so the
+    discreteness of small counts is in the answer (a normal approximation is off by ~0.05).
+    """
+    from scipy.special import bdtrc
+    from scipy.stats import binom
+
+    pi = min(1.0, flip_rate + drop)
+    if pi <= 0:
+        return 0.0
+    q = min(1.0, (flip_rate / 2 + drop) / pi)
+    mean, sd = n * pi, math.sqrt(n * pi * (1 - pi))
+    big_n = np.arange(max(1, math.floor(mean - 10 * sd) - 1), min(n, math.ceil(mean + 10 * sd) + 1) + 1)
+    if big_n.size == 0:
+        return 0.0
+    cache = {} if _cache is None else _cache
+    first = np.empty(big_n.size)
+    missing = [i for i, v in enumerate(big_n.tolist()) if v not in cache]
+    if missing:
+        found = _first_flagged(big_n[missing], n, margin, alpha)
+        cache.update(zip(big_n[missing].tolist(), found.tolist(), strict=True))
+    first[:] = [cache[v] for v in big_n.tolist()]
+    reach = np.isfinite(first) & (first <= big_n)
+    tail = np.zeros(big_n.size)
+    tail[reach] = bdtrc(first[reach].astype(np.int64) - 1, big_n[reach], q)  # P(B >= first flagged b)
+    return float(min(1.0, np.dot(binom.pmf(big_n, n, pi), tail)))
+
+
+def mde(n: int, flip_rate: float, margin: float, alpha: float, target: float = 0.8) -> float:
+    """Smallest true drop with ``power`` >= target (bisection; power rises with the drop)."""
+    cache: dict = {}
+    lo, hi = 0.0, 1.0 - flip_rate / 2
+    if power(n, flip_rate, hi, margin, alpha, cache) < target:
+        return math.inf
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if power(n, flip_rate, mid, margin, alpha, cache) >= target:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo < 0.05 / n:  # a twentieth of an item
+            break
+    return hi
