@@ -145,7 +145,7 @@ def test_cluster_test_holds_level_where_naive_test_does_not():
 # The reported MDE must be the smallest true drop that *the gate's rule* (drop > margin, Holm-
 # adjusted one-sided p < alpha, interval agreeing) flags with 80% power. Each case simulates
 # whole comparisons through ``compare_runs``: the MDE is read off harmless pilot runs (their
-# median: one pilot's spread is itself noisy), then the same kind of run with that true drop
+# median of 25: one pilot's spread is itself noisy), then the same kind of run with that true drop
 # is gated ``N_POWER_SIMS`` times. The other gated comparisons of the suite are harmless
 # right/wrong tasks, so Holm splits alpha across all of them.
 
@@ -215,7 +215,7 @@ def _gate_once(rng: np.random.Generator, make: Make, d: float, n_gated: int, mar
 )
 def test_power_at_reported_mde_is_80_percent(make: Make, n_gated: int, margin: float):
     rng = np.random.default_rng(20261201)
-    mde = float(np.median([_gate_once(rng, make, 0.0, n_gated, margin).mde for _ in range(9)]))
+    mde = float(np.median([_gate_once(rng, make, 0.0, n_gated, margin).mde for _ in range(25)]))
     assert mde > margin
     hits = sum(_gate_once(rng, make, mde, n_gated, margin).verdict == "regressed" for _ in range(N_POWER_SIMS))
     power = hits / N_POWER_SIMS
