@@ -236,6 +236,7 @@ def test_policy_rounding_and_test_mode_defaults_and_values(tmp_path: Path) -> No
         ("  rounding: 0.05\n", r"gatekeeper\.yaml:\d+: policy\.rounding: .*0\.001"),
         ("  rounding: -1e-6\n", r"gatekeeper\.yaml:\d+: policy\.rounding: "),
         ("  test: equivalence\n", r"gatekeeper\.yaml:\d+: policy\.test: "),
+        ("  rounding: 1e-5\n", r"policy\.rounding: expected a number .*\(1\.0e-5, not 1e-5"),
     ],
 )
 def test_policy_rounding_and_test_are_validated_with_lines(tmp_path: Path, line: str, pattern: str) -> None:
