@@ -195,7 +195,7 @@ def _decision_interval(test: stats.PairedTest, hib: bool, level: float, rejected
 
 
 def _mde(test: stats.PairedTest, margin: float, alpha: float, aggregation: str = "mean",
-         binary: bool = False) -> float:
+         binary: bool = False, shifted: bool = False) -> float:
     """Smallest true drop this rule flags with 80% power (margin and multiplicity included).
 
     McNemar: exact, by summing over the binomial counts (``stats.mcnemar.mde``): the share of
@@ -207,11 +207,20 @@ def _mde(test: stats.PairedTest, margin: float, alpha: float, aggregation: str =
     a real change.
     """
     n = test.n
+    if test.counts is not None and shifted:  # Newcombe inverted at the margin: Wald-like spread
+        pi = (test.counts[1] + test.counts[2]) / n
+
+        def spread(d: float) -> float:
+            return math.sqrt(max(0.0, pi + d - d * d) / n)
+
+        return stats.mde_for_rule(margin, alpha, spread, spread, POWER, shifted=True)
     if test.counts is not None:
         return mcnemar_mde(n, (test.counts[1] + test.counts[2]) / n, margin, alpha, POWER)
     if test.identical or test.se == 0:
         return math.nan
     m = test.units
+    if shifted:  # the bootstrap tests against the margin: its own spread is the test's
+        test = replace(test, se_null=test.se)
     # A perplexity is exp(mean loss): a drop d multiplies it by (ppl + d) / ppl, and its
     # spread with it (measured: the rule's power fell to 0.73 without this at d = 12% of ppl).
     level = abs(test.baseline) if aggregation in ("weighted_perplexity", "perplexity") else math.inf
@@ -230,6 +239,7 @@ def _mde(test: stats.PairedTest, margin: float, alpha: float, aggregation: str =
         se_null=lambda d: math.sqrt(test.se_null**2 + d * extra + d * d / m) * grow(d),
         se_alt=lambda d: math.sqrt(test.se**2 + d * extra) * grow(d),
         power=POWER,
+        shifted=shifted,
     )
 
 
@@ -346,9 +356,7 @@ def compare_runs(
         c = Comparison(key, gated, margin, hib, test, p, "", math.nan, r2w, level, interval, p_raw, rounded, floor)
         c.verdict = _verdict(c.drop, c.drop_bounds, margin, decision_p, policy.alpha, floor,
                              max(abs(test.baseline), abs(test.candidate)))
-        c.mde = _mde(test, margin if policy.test == "superiority" else 0.0, per_alpha, aggregation, binary)
-        if policy.test == "noninferiority":
-            c.mde += margin  # the drop beyond the margin the shifted test catches with 80% power
+        c.mde = _mde(test, margin, per_alpha, aggregation, binary, policy.test == "noninferiority")
         comparisons.append(c)
         warnings.extend(_resolution_warnings(c, per_alpha))
         if rounded:

@@ -92,7 +92,7 @@ def decision_levels(p: np.ndarray, method: str, alpha: float) -> np.ndarray:
 
 
 def mde_for_rule(margin: float, alpha: float, se_null: Callable[[float], float],
-                 se_alt: Callable[[float], float], power: float = 0.8) -> float:
+                 se_alt: Callable[[float], float], power: float = 0.8, *, shifted: bool = False) -> float:
     """Smallest true drop d that the gate's rule flags with probability ``power``.
 
     The rule flags when the observed drop D exceeds both the margin and the test's critical
@@ -100,6 +100,8 @@ def mde_for_rule(margin: float, alpha: float, se_null: Callable[[float], float],
     With D ~ Normal(d, se_alt(d)^2), power = P(D > max(margin, z_{1-alpha} se_null(d))), so d
     solves d = max(margin, z_{1-alpha} se_null(d)) + z_power se_alt(d). Both spreads may grow
     with d (a real drop adds right-to-wrong flips), hence a root search, not a formula.
+    ``shifted`` (noninferiority): the test is against the margin itself, so the observed drop
+    must exceed margin + z_{1-alpha} se_null(d) instead.
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise ValueError("alpha and power must lie strictly between 0 and 1")
@@ -107,9 +109,10 @@ def mde_for_rule(margin: float, alpha: float, se_null: Callable[[float], float],
     za, zp = z(1 - alpha), z(power)
 
     def gap(d: float) -> float:
-        return d - max(margin, za * se_null(d)) - zp * se_alt(d)
+        threshold = margin + za * se_null(d) if shifted else max(margin, za * se_null(d))
+        return d - threshold - zp * se_alt(d)
 
-    lo, hi = 0.0, max(margin, za * se_null(0.0) + zp * se_alt(0.0), 1e-300) * 2
+    lo, hi = 0.0, max(margin + za * se_null(0.0) + zp * se_alt(0.0), 1e-300) * 2
     for _ in range(200):  # widen until the rule has the power (spreads grow slower than d)
         if gap(hi) >= 0:
             break
