@@ -359,3 +359,33 @@ def test_a_drop_exactly_at_the_margin_never_fails_by_float_rounding():
         verdicts.add(out.comparisons[0].verdict)
         assert out.exit_code == 0
     assert "regressed" not in verdicts
+
+
+def test_warns_when_the_margin_is_below_what_the_items_resolve():
+    base = _binary(200, 0.6, 14)
+    cand = _flip(base, np.array([0, 1, 2, 3, 5, 8]))
+    tiny = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", cand)), Policy(margin=0.001))
+    assert any("below one item (1/200" in w for w in tiny.warnings)
+    rng = np.random.default_rng(15)
+    f1 = rng.beta(2, 3, 30)
+    noisy = f1 + rng.normal(0, 0.2, 30)
+    out = compare_runs(run(series("t", "f1", f1)), run(series("t", "f1", noisy)), Policy(margin=0.01, resamples=1000))
+    (w,) = [w for w in out.warnings if "can resolve" in w]
+    assert "below what 30 items can resolve" in w and "add items or widen the margin" in w
+    # margin 0 is a deliberate "any significant drop": no warning
+    zero = compare_runs(run(series("t", "f1", f1)), run(series("t", "f1", noisy)), Policy(margin=0.0, resamples=1000))
+    assert not [w for w in zero.warnings if "resolve" in w or "below one item" in w]
+
+
+def test_mde_includes_the_margin_and_the_correction():
+    base = _binary(1000, 0.6, 16)
+    cand = _flip(base, np.flatnonzero(np.random.default_rng(16).random(1000) < 0.1))
+    a, b = run(series("t", "acc", base)), run(series("t", "acc", cand))
+    plain = compare_runs(a, b, Policy(margin=0.0)).comparisons[0].mde
+    with_margin = compare_runs(a, b, Policy(margin=0.02)).comparisons[0].mde
+    others = [series(f"o{i}", "acc", base) for i in range(19)]
+    in_suite = compare_runs(run(series("t", "acc", base), *others),
+                            run(series("t", "acc", cand), *others), Policy(margin=0.0))
+    one_of_20 = next(c for c in in_suite.comparisons if c.key.task == "t").mde
+    assert plain < with_margin and plain < one_of_20
+    assert with_margin > 0.02
