@@ -171,8 +171,8 @@ def _verdict(drop: float, bounds: tuple[float, float], margin: float, p: float, 
         return "regressed"
     if high < 0:
         return "improved"  # the whole interval is on the better side
-    if high > beyond:
-        return "inconclusive"  # a drop larger than the margin is not ruled out
+    if high > beyond or not math.isfinite(high):
+        return "inconclusive"  # a drop larger than the margin is not ruled out (NaN: nothing is)
     return "unchanged"
 
 
@@ -265,6 +265,38 @@ def _resolution_warnings(c: Comparison, alpha: float) -> list[str]:
     return []
 
 
+@dataclass
+class _Tested:
+    """One series after its paired test, before the correction across the suite."""
+
+    key: SeriesKey
+    gated: bool
+    margin: float
+    higher_is_better: bool
+    test: stats.PairedTest
+    p: float  # the p-value the decision uses (noninferiority: against the margin)
+    rounded: int
+    aggregation: str
+    binary: bool
+    right_to_wrong: list[int]
+
+
+def _decide(t: _Tested, p_adjusted: float | None, level: float, per_alpha: float, policy: Policy) -> Comparison:
+    """Verdict, the interval it agrees with, and the MDE for one tested series."""
+    test = t.test
+    decision_p = p_adjusted if p_adjusted is not None else t.p
+    noninferiority = policy.test == "noninferiority"
+    interval = _decision_interval(test, t.higher_is_better, level, decision_p < policy.alpha,
+                                  t.margin if noninferiority else 0.0)
+    floor = stats.within_floor(test.delta, test.baseline, test.candidate, policy.rounding)
+    c = Comparison(t.key, t.gated, t.margin, t.higher_is_better, test, p_adjusted, "", math.nan,
+                   t.right_to_wrong, level, interval, t.p, t.rounded, floor)
+    c.verdict = _verdict(c.drop, c.drop_bounds, t.margin, decision_p, policy.alpha, floor,
+                         max(abs(test.baseline), abs(test.candidate)))
+    c.mde = _mde(test, t.margin, per_alpha, t.aggregation, t.binary, noninferiority)
+    return c
+
+
 def _binary_pair(base: np.ndarray, cand: np.ndarray) -> bool:
     return base.ndim == 1 and bool(np.isin(base, (0.0, 1.0)).all() and np.isin(cand, (0.0, 1.0)).all())
 
@@ -306,8 +338,7 @@ def compare_runs(
 
     _refuse_gated_untestable(candidate, policy)
     warnings: list[str] = []
-    notes_rounding: list[str] = []
-    pending = []
+    tested: list[_Tested] = []
     for key in sorted(baseline.series, key=str):
         b_series, c_series = baseline.series[key], candidate.series[key]
         base, cand, clusters = pair_series(b_series, c_series, where=f"task {key.task} ({key.metric},{key.filter})")
@@ -329,41 +360,28 @@ def compare_runs(
             src = f"{baseline.provenance.source} vs {candidate.provenance.source}"
             raise GateError(f"{src}: {key}: {exc}") from None
         warnings.extend(f"{key}: {w}" for w in test.warnings)
-        r2w = _right_to_wrong(base, cand, b_series.doc_ids, b_series.higher_is_better)
-        binary = _binary_pair(base, cand)
         hib = b_series.higher_is_better
         # noninferiority: H0 "the drop is at most the margin"; superiority: H0 "no drop".
         p = test.p_drop_above(margin, hib) if policy.test == "noninferiority" else test.p_worse
-        pending.append((key, gated, margin, hib, test, r2w, p, rounded, b_series.aggregation, binary))
+        tested.append(_Tested(key, gated, margin, hib, test, p, rounded, b_series.aggregation,
+                              _binary_pair(base, cand), _right_to_wrong(base, cand, b_series.doc_ids, hib)))
 
-    gated_idx = [i for i, q in enumerate(pending) if q[1]]
-    raw = np.array([pending[i][6] for i in gated_idx])
-    method = policy.correction
-    p_adj = stats.adjust_pvalues(raw, method)
-    adjusted = dict(zip(gated_idx, p_adj.tolist(), strict=True))
-    levels = dict(zip(gated_idx, stats.decision_levels(raw, method, policy.alpha).tolist(), strict=True))
+    gated_idx = [i for i, t in enumerate(tested) if t.gated]
+    raw = np.array([tested[i].p for i in gated_idx])
+    adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, policy.correction).tolist(), strict=True))
+    levels = dict(zip(gated_idx, stats.decision_levels(raw, policy.correction, policy.alpha).tolist(), strict=True))
     # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
-    per_alpha = policy.alpha / max(1, len(gated_idx)) if method != "none" else policy.alpha
+    per_alpha = policy.alpha / max(1, len(gated_idx)) if policy.correction != "none" else policy.alpha
 
-    comparisons = []
-    for i, (key, gated, margin, hib, test, r2w, p_raw, rounded, aggregation, binary) in enumerate(pending):
-        p = adjusted.get(i)
-        level = levels.get(i, policy.alpha)
-        decision_p = p if p is not None else p_raw
-        null_drop = margin if policy.test == "noninferiority" else 0.0
-        interval = _decision_interval(test, hib, level, decision_p < policy.alpha, null_drop)
-        floor = stats.within_floor(test.delta, test.baseline, test.candidate, policy.rounding)
-        c = Comparison(key, gated, margin, hib, test, p, "", math.nan, r2w, level, interval, p_raw, rounded, floor)
-        c.verdict = _verdict(c.drop, c.drop_bounds, margin, decision_p, policy.alpha, floor,
-                             max(abs(test.baseline), abs(test.candidate)))
-        c.mde = _mde(test, margin, per_alpha, aggregation, binary, policy.test == "noninferiority")
-        comparisons.append(c)
+    comparisons = [_decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
+                   for i, t in enumerate(tested)]
+    for c in comparisons:
         warnings.extend(_resolution_warnings(c, per_alpha))
-        if rounded:
-            notes_rounding.append(
-                f"{key}: {rounded} of {test.n} items differed only by rounding "
-                f"(<= {policy.rounding:g} relative) and count as unchanged"
-            )
+    notes_rounding = [
+        f"{c.key}: {c.rounded} of {c.test.n} items differed only by rounding "
+        f"(<= {policy.rounding:g} relative) and count as unchanged"
+        for c in comparisons if c.rounded
+    ]
 
     regressions = [c for c in comparisons if c.gated and c.verdict == "regressed"]
     if not gated_idx:
