@@ -389,3 +389,12 @@ def test_mde_includes_the_margin_and_the_correction():
     one_of_20 = next(c for c in in_suite.comparisons if c.key.task == "t").mde
     assert plain < with_margin and plain < one_of_20
     assert with_margin > 0.02
+
+
+def test_an_undefined_interval_is_inconclusive_not_unchanged():
+    """Fail closed: an interval that could not be computed (NaN) rules nothing out."""
+    from gatekeeper.compare import _verdict
+
+    nan = float("nan")
+    assert _verdict(0.0, (nan, nan), 0.0, 1.0, 0.05, False) == "inconclusive"
+    assert _verdict(0.01, (-0.02, 0.03), 0.05, 0.5, 0.05, False) == "unchanged"
