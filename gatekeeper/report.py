@@ -109,6 +109,7 @@ def _provenance_json(p: Provenance) -> dict[str, Any]:
 
 def comparison_json(c: Comparison) -> dict[str, Any]:
     t = c.test
+    lo, hi = c.interval
     return {
         "task": c.key.task,
         "metric": c.key.metric,
@@ -124,14 +125,33 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "ci_low": _finite(t.ci_low),
         "ci_high": _finite(t.ci_high),
         "confidence": t.confidence,
-        "p_value": _finite(t.p_worse),
+        "decision_level": c.level,
+        "decision_ci_low": _finite(lo),
+        "decision_ci_high": _finite(hi),
+        "decision_confidence": 1 - 2 * c.level,
+        "p_value": _finite(c.p_value if c.p_value is not None else t.p_worse),
         "p_adjusted": _finite(c.p_adjusted),
         "test": t.test,
         "n_resamples": t.n_resamples,
         "verdict": c.verdict,
         "mde": _finite(c.mde),
+        "identical": t.identical,
+        "rounded_items": c.rounded,
+        "within_rounding": c.within_rounding,
         "right_to_wrong": c.right_to_wrong,
     }
+
+
+def _delta_cell(c: Comparison) -> str:
+    """Delta and the interval at the level the decision used (what the verdict agrees with).
+
+    When no item changed there is no interval to speak of: say so instead of "[0, 0]"."""
+    t = c.test
+    if t.identical:
+        return "0 (no item flipped)" if t.counts is not None else "0 (no item changed)"
+    lo, hi = c.interval
+    conf = f"{(1 - 2 * c.level) * 100:.3g}%"
+    return f"{_signed(t.delta)} [{_signed(lo)}, {_signed(hi)}] {conf}"
 
 
 def _strict(value: Any) -> Any:
@@ -164,6 +184,8 @@ def _report_dict(outcome: Outcome) -> dict[str, Any]:
             "correction": outcome.policy.correction,
             "default_margin": outcome.policy.margin,
             "resamples": outcome.policy.resamples,
+            "rounding": outcome.policy.rounding,
+            "test": outcome.policy.test,
         },
         "comparisons": [comparison_json(c) for c in outcome.comparisons],
         "groups": {
@@ -216,7 +238,7 @@ def _row(c: Comparison) -> str:
     t = c.test
     name = escape_untrusted(c.key.task, 80)
     metric = escape_untrusted(c.key.metric if c.key.filter == "none" else f"{c.key.metric} ({c.key.filter})", 80)
-    ci = f"{_signed(t.delta)} [{_signed(t.ci_low)}, {_signed(t.ci_high)}]"
+    ci = _delta_cell(c)
     arrow = "↑" if c.higher_is_better else "↓"
     p = fmt_p(c.p_adjusted if c.gated else t.p_worse)
     verdict = f"{_ICON.get(c.verdict, '')} {c.verdict}"
@@ -227,14 +249,28 @@ def _row(c: Comparison) -> str:
 
 
 _TABLE_HEAD = (
-    "| task | metric | baseline | candidate | Δ [{conf:g}% CI] | p (adj.) | margin | MDE | verdict |\n"
+    "| task | metric | baseline | candidate | Δ [interval at the decision's level] | p (adj.) | margin | MDE | verdict |\n"
     "|---|---|---:|---:|---|---:|---:|---:|---|"
 )
 
 
-def _table(rows: list[Comparison], confidence: float) -> str:
-    head = _TABLE_HEAD.format(conf=round(confidence * 100, 1))
-    return "\n".join([head, *(_row(c) for c in rows)])
+def _table(rows: list[Comparison]) -> str:
+    return "\n".join([_TABLE_HEAD, *(_row(c) for c in rows)])
+
+
+def _rule_text(pol: Any, n_gated: int) -> str:
+    if pol.test == "noninferiority":
+        rule = (f"Regressed = the drop is significantly larger than the margin: one-sided p (vs. the margin) "
+                f"< {pol.alpha:g} after {pol.correction} correction over {n_gated} gated metrics")
+    else:
+        rule = (f"Regressed = drop beyond the margin **and** one-sided p < {pol.alpha:g} after {pol.correction} "
+                f"correction over {n_gated} gated metrics")
+    return (
+        f"{rule}. The interval is two-sided at 1 − 2α′, α′ being the one-sided level that row was tested at "
+        "after the correction: regressed rows have its drop-side end past 0, and an end past the margin "
+        f"always fails. Differences within {pol.rounding:g} relative count as rounding, not change. "
+        "MDE = smallest true drop this rule flags with 80% power (margin and correction included)."
+    )
 
 
 def _details(summary: str, body: str) -> str:
@@ -287,16 +323,14 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
     head = f"### {icon} {escape_untrusted(headline(outcome, ctx), 400)}"
     gated = [c for c in outcome.comparisons if c.gated]
     info = [c for c in outcome.comparisons if not c.gated]
-    conf = outcome.comparisons[0].test.confidence if outcome.comparisons else 1 - outcome.policy.alpha
     pol = outcome.policy
     core = [
         head,
         "",
-        _table(gated, conf) if gated else "_No gated metrics._",
+        _table(gated) if gated else "_No gated metrics._",
         "",
-        f"<sub>Δ = candidate − baseline in the metric's units (↑ higher is better, ↓ lower is better). "
-        f"Regressed = drop beyond the margin **and** one-sided p < {pol.alpha:g} after {pol.correction} "
-        f"correction over {len(gated)} gated metrics. MDE = smallest drop caught with 80% power.</sub>",
+        "<sub>Δ = candidate − baseline in the metric's units (↑ higher is better, ↓ lower is better). "
+        + _rule_text(pol, len(gated)) + "</sub>",
     ]
     # Optional sections, least important last: they are dropped from the end to fit.
     optional: list[tuple[str, str]] = []
@@ -304,7 +338,7 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
     if r2w:
         optional.append(("Items that went from right to wrong", r2w))
     if info:
-        optional.append((f"Informational metrics ({len(info)})", _table(info, conf)))
+        optional.append((f"Informational metrics ({len(info)})", _table(info)))
     groups = _groups_section(outcome)
     if groups:
         optional.append(("Groups", groups))
@@ -374,7 +408,7 @@ def _provenance_md(outcome: Outcome) -> str:
 
 
 def render_terminal(outcome: Outcome) -> str:
-    cols = ("task", "metric", "baseline", "candidate", "delta [CI]", "p adj", "verdict")
+    cols = ("task", "metric", "baseline", "candidate", "delta [interval at decision level]", "p adj", "verdict")
     rows = []
     for c in outcome.comparisons:
         t = c.test
@@ -385,7 +419,7 @@ def render_terminal(outcome: Outcome) -> str:
                 " ".join(metric.split()) + ("" if c.gated else " (info)"),
                 fmt_num(t.baseline),
                 fmt_num(t.candidate),
-                f"{_signed(t.delta)} [{_signed(t.ci_low)}, {_signed(t.ci_high)}]",
+                _delta_cell(c),
                 fmt_p(c.p_adjusted) if c.gated else "–",
                 c.verdict.upper() if c.verdict == "regressed" and c.gated else c.verdict,
             )

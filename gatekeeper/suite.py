@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from gatekeeper.model import GateError
-from gatekeeper.policy import Policy, Rule
+from gatekeeper.policy import DEFAULT_ROUNDING, Policy, Rule
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "suite.schema.json"
 
@@ -47,6 +47,8 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "correction": "holm",
     "margin": 0.0,
     "resamples": 10000,
+    "rounding": DEFAULT_ROUNDING,
+    "test": "superiority",
     "rules": [],
 }
 TASK_DEFAULTS: dict[str, Any] = {
@@ -279,7 +281,8 @@ def _policy(doc: dict, path: Path) -> Policy:
                           margin=None if r["margin"] is None else float(r["margin"]),
                           gate=bool(r["gate"])))
     policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], margin=float(p["margin"]),
-                    resamples=int(p["resamples"]), rules=rules)
+                    resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
+                    test=p["test"])
     policy.validate(f"{path}: policy")
     return policy
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gatekeeper import report
+from gatekeeper import report, stats
 from gatekeeper.compare import compare_runs
 from gatekeeper.model import GateError, SeriesKey
 from gatekeeper.policy import Policy, Rule
@@ -213,3 +215,186 @@ def test_headline_is_one_line_even_with_hostile_task_names():
     term = report.render_terminal(out).splitlines()
     assert term[-1].startswith("FAIL: ")
     assert not any(ln.startswith("::") for ln in term)
+
+
+# ---------------------------------------------------------------- numerical noise is never a regression
+
+
+def _noisy(values: np.ndarray, rel: float, seed: int, *, column: int | None = None) -> np.ndarray:
+    """``values`` moved by ~``rel`` relative noise (random sign): what another CPU's float
+    summation does to per-item scores and log-likelihoods."""
+    rng = np.random.default_rng(seed)
+    out = np.array(values, dtype=float)
+    target = out if column is None else out[:, column]
+    target *= 1 + rel * rng.choice([-1.0, 1.0], target.shape) * rng.uniform(0.5, 1.0, target.shape)
+    return out
+
+
+def _every_kind() -> list[tuple[str, dict, np.ndarray, np.ndarray]]:
+    """(name, series kwargs, baseline values, candidate values = baseline + 1e-9 relative noise)."""
+    rng = np.random.default_rng(8)
+    n = 400
+    f1 = rng.beta(2, 3, n)
+    right = (rng.random(n) < 0.7).astype(float)
+    ll = -rng.uniform(20, 60, n)
+    ratio = np.column_stack([ll, rng.integers(5, 40, n).astype(float)])
+    refs = np.array([[f"the cat sat on mat {i}", f"the cat sat on the mat {i % 7}"] for i in range(60)], dtype=object)
+    clusters = np.repeat(np.arange(40), n // 40)
+    out = [
+        ("mean continuous", {}, f1, _noisy(f1, 1e-9, 1)),
+        ("mean 0/1", {}, right, _noisy(right, 1e-9, 2)),  # stored as 0.999999999: still right/wrong
+        ("clustered mean", {"clusters": clusters}, f1, _noisy(f1, 1e-9, 3)),
+        ("corpus bleu", {"kind": "corpus", "aggregation": "bleu"}, refs, refs.copy()),
+    ]
+    for agg, hib in (("weighted_perplexity", False), ("bits_per_byte", False), ("perplexity", False)):
+        kw = {"kind": "ratio", "aggregation": agg, "higher_is_better": hib}
+        out.append((f"ratio {agg}", kw, ratio, _noisy(ratio, 1e-9, 4, column=0)))
+    return out
+
+
+@pytest.mark.parametrize("name, kw, base, cand", _every_kind(), ids=[k[0] for k in _every_kind()])
+def test_rerun_noise_is_unchanged_at_margin_zero_for_every_kind(name, kw, base, cand):
+    """An identical checkpoint re-run elsewhere: every item moved by ~1e-9 relative. Before the
+    rounding floor this was "inconclusive" (margin 0) or, with a consistent sign, "regressed"."""
+    a = run(series("t", "m", base, **kw))
+    b = run(series("t", "m", cand, **kw))
+    out = compare_runs(a, b, Policy(margin=0.0, resamples=1000))
+    (c,) = out.comparisons
+    assert (c.verdict, out.exit_code) == ("unchanged", 0), (c.test.delta, c.interval)
+    moved = int(np.count_nonzero(np.asarray(base != cand).any(axis=-1) if base.ndim > 1 else base != cand))
+    assert c.rounded == moved
+    assert c.test.identical  # after the floor every pair is equal: nothing to test
+    data = report.to_json(out)["comparisons"][0]
+    assert data["rounded_items"] == moved and data["identical"] is True
+    if moved:
+        assert any(f"{moved} of {c.test.n} items differed only by rounding" in n for n in out.notes)
+
+
+def test_consistent_rounding_bias_does_not_regress():
+    """Every log-likelihood 3e-9 lower (another summation order): with 2,000 items all moving
+    the same way the permutation p-value is ~0, and without the floor this exited 1."""
+    rng = np.random.default_rng(9)
+    base = np.column_stack([-rng.uniform(20, 60, 2000), rng.integers(5, 40, 2000).astype(float)])
+    cand = base.copy()
+    cand[:, 0] *= 1 + 3e-9
+    kw = dict(kind="ratio", aggregation="weighted_perplexity", higher_is_better=False)
+    a, b = run(series("ppl", "word_perplexity", base, **kw)), run(series("ppl", "word_perplexity", cand, **kw))
+    out = compare_runs(a, b, Policy(margin=0.0, resamples=1000))
+    assert (out.comparisons[0].verdict, out.exit_code) == ("unchanged", 0)
+    # rounding: 0 switches the floor off, and the same input is then a (false) regression
+    off = compare_runs(a, b, Policy(margin=0.0, resamples=1000, rounding=0.0))
+    assert (off.comparisons[0].verdict, off.exit_code) == ("regressed", 1)
+
+
+def test_rounding_floor_does_not_hide_a_real_change():
+    """1e-3 relative per item (a real, if small, change) is 100x the floor: it is tested."""
+    rng = np.random.default_rng(10)
+    base = np.column_stack([-rng.uniform(20, 60, 500), rng.integers(5, 40, 500).astype(float)])
+    cand = base.copy()
+    cand[:, 0] *= 1 + 1e-3
+    kw = dict(kind="ratio", aggregation="weighted_perplexity", higher_is_better=False)
+    out = compare_runs(run(series("ppl", "word_perplexity", base, **kw)),
+                       run(series("ppl", "word_perplexity", cand, **kw)), Policy(resamples=1000))
+    (c,) = out.comparisons
+    assert c.rounded == 0 and c.verdict == "regressed" and out.exit_code == 1
+
+
+def test_rounding_floor_snaps_only_items_within_it():
+    base = np.array([1.0, 2.0, 3.0, 0.0, 5.0])
+    cand = np.array([1.0 + 1e-12, 2.0 * (1 + 2e-5), 3.0 * (1 - 5e-6), 1e-13, 5.0])
+    snapped, k = stats.snap_rounding("mean", base, cand, 1e-5)
+    assert k == 3
+    assert snapped.tolist() == [1.0, 2.0 * (1 + 2e-5), 3.0, 0.0, 5.0]
+    ratio_b = np.column_stack([-base - 1, [3.0, 3.0, 3.0, 3.0, 3.0]])
+    ratio_c = np.column_stack([-base - 1 - 1e-9, [3.0, 3.0, 4.0, 3.0, 3.0]])  # item 2: another count
+    snapped, k = stats.snap_rounding("ratio", ratio_b, ratio_c, 1e-5)
+    assert k == 4 and snapped[2, 0] == ratio_c[2, 0] and snapped[0, 0] == ratio_b[0, 0]
+
+
+def test_aggregate_change_within_rounding_is_unchanged():
+    """One item right->wrong and one wrong->right: delta exactly 0. At margin 0 the interval
+    reaches past 0 either way, which used to read "inconclusive"; nothing moved."""
+    base = _binary(300, 0.6, 11)
+    right, wrong = np.flatnonzero(base == 1), np.flatnonzero(base == 0)
+    cand = _flip(base, np.array([right[0], wrong[0]]))
+    out = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", cand)), Policy())
+    (c,) = out.comparisons
+    assert c.test.delta == 0 and c.within_rounding and c.verdict == "unchanged"
+
+
+@pytest.mark.lmeval
+@pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed")
+def test_base_rerun_with_another_batch_size_is_unchanged_everywhere(tmp_path):
+    """The demo baseline was recorded from `base` on another CPU at batch size 16; a real lm-eval
+    run of the same checkpoint here at batch size 3 moves ~half of the perplexity items by up
+    to ~3e-7 relative. With the suite's policy, and with margin 0 on every metric, every
+    comparison must be `unchanged` (before the rounding floor: `inconclusive`, and a rerun
+    whose noise leans one way `regressed`)."""
+    from gatekeeper import results, runner, store
+    from gatekeeper.suite import load_suite
+
+    root = Path(__file__).resolve().parents[1]
+    suite = load_suite(root / "examples" / "gatekeeper.yaml")
+    run_dir = runner.run_suite(suite, str(root / "examples" / "checkpoints" / "base"), tmp_path / "run",
+                               batch_size=3, log=lambda *_: None)
+    baseline = store.load_baseline(root / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz")
+    candidate = results.load_run(run_dir)
+    for policy in (suite.policy, Policy(margin=0.0)):
+        out = compare_runs(baseline, candidate, policy, suite="demo")
+        assert out.exit_code == 0
+        assert {str(c.key): c.verdict for c in out.comparisons if c.verdict != "unchanged"} == {}
+        assert not out.inconclusive
+
+
+def test_a_drop_exactly_at_the_margin_never_fails_by_float_rounding():
+    """10 of 200 items right -> wrong against margin 0.05: the float drop is 0.05 or
+    0.05000000000000002 depending on the items (46% of draws). At the margin is not beyond it."""
+    rng = np.random.default_rng(13)
+    verdicts = set()
+    for _ in range(40):
+        base = (rng.random(200) < 0.7).astype(float)
+        cand = _flip(base, np.flatnonzero(base == 1)[:10])
+        out = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", cand)),
+                           Policy(margin=0.05, rounding=0.0))
+        verdicts.add(out.comparisons[0].verdict)
+        assert out.exit_code == 0
+    assert "regressed" not in verdicts
+
+
+def test_warns_when_the_margin_is_below_what_the_items_resolve():
+    base = _binary(200, 0.6, 14)
+    cand = _flip(base, np.array([0, 1, 2, 3, 5, 8]))
+    tiny = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", cand)), Policy(margin=0.001))
+    assert any("below one item (1/200" in w for w in tiny.warnings)
+    rng = np.random.default_rng(15)
+    f1 = rng.beta(2, 3, 30)
+    noisy = f1 + rng.normal(0, 0.2, 30)
+    out = compare_runs(run(series("t", "f1", f1)), run(series("t", "f1", noisy)), Policy(margin=0.01, resamples=1000))
+    (w,) = [w for w in out.warnings if "can resolve" in w]
+    assert "below what 30 items can resolve" in w and "add items or widen the margin" in w
+    # margin 0 is a deliberate "any significant drop": no warning
+    zero = compare_runs(run(series("t", "f1", f1)), run(series("t", "f1", noisy)), Policy(margin=0.0, resamples=1000))
+    assert not [w for w in zero.warnings if "resolve" in w or "below one item" in w]
+
+
+def test_mde_includes_the_margin_and_the_correction():
+    base = _binary(1000, 0.6, 16)
+    cand = _flip(base, np.flatnonzero(np.random.default_rng(16).random(1000) < 0.1))
+    a, b = run(series("t", "acc", base)), run(series("t", "acc", cand))
+    plain = compare_runs(a, b, Policy(margin=0.0)).comparisons[0].mde
+    with_margin = compare_runs(a, b, Policy(margin=0.02)).comparisons[0].mde
+    others = [series(f"o{i}", "acc", base) for i in range(19)]
+    in_suite = compare_runs(run(series("t", "acc", base), *others),
+                            run(series("t", "acc", cand), *others), Policy(margin=0.0))
+    one_of_20 = next(c for c in in_suite.comparisons if c.key.task == "t").mde
+    assert plain < with_margin and plain < one_of_20
+    assert with_margin > 0.02
+
+
+def test_an_undefined_interval_is_inconclusive_not_unchanged():
+    """Fail closed: an interval that could not be computed (NaN) rules nothing out."""
+    from gatekeeper.compare import _verdict
+
+    nan = float("nan")
+    assert _verdict(0.0, (nan, nan), 0.0, 1.0, 0.05, False) == "inconclusive"
+    assert _verdict(0.01, (-0.02, 0.03), 0.05, 0.5, 0.05, False) == "unchanged"

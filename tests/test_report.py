@@ -94,3 +94,46 @@ def test_markdown_escapes_task_names_in_every_section():
     visible = md.replace("\\", "")
     assert not re.search(r"[@#]\w", visible.replace("### ", ""))
     assert "<b>" not in md and not re.search(r"(?i)gh-\d", visible)
+
+
+def test_no_item_flipped_is_said_not_shown_as_a_zero_interval():
+    out = _outcome("t")  # identical right/wrong runs
+    md = report.render_markdown(out)
+    term = report.render_terminal(out)
+    assert "no item flipped" in md and "no item flipped" in term
+    assert "[0, 0]" not in md and "[0, 0]" not in term
+    ratio = np.column_stack([-np.arange(1.0, 41.0), np.full(40, 5.0)])
+    kw = dict(kind="ratio", aggregation="weighted_perplexity", higher_is_better=False)
+    same = compare_runs(run(series("p", "word_perplexity", ratio, **kw)),
+                        run(series("p", "word_perplexity", ratio.copy(), **kw)), Policy())
+    assert "no item changed" in report.render_terminal(same)
+    assert report.to_json(same)["comparisons"][0]["identical"] is True
+
+
+def test_json_and_markdown_show_the_interval_the_decision_used():
+    out = _outcome("a", "b", "c", drop=30)  # 30 of 200 items right -> wrong in each task
+    data = report.to_json(out)
+    assert data["policy"]["rounding"] == 1e-5 and data["policy"]["test"] == "superiority"
+    for row, c in zip(data["comparisons"], out.comparisons, strict=True):
+        assert row["verdict"] == "regressed"
+        # Holm over 3: the smallest p is tested at alpha/3, so the interval is wider than 90%
+        assert 0.05 / 3 <= row["decision_level"] <= 0.05
+        assert row["decision_confidence"] == pytest.approx(1 - 2 * row["decision_level"])
+        assert row["decision_ci_high"] < 0  # the drop side is past 0, as the verdict says
+        assert row["decision_ci_low"] <= row["ci_low"]  # at least as wide as the 90% one
+        assert (row["rounded_items"], row["identical"], row["within_rounding"]) == (0, False, False)
+        lo, hi = c.interval
+        assert report._delta_cell(c).startswith(f"{report._signed(c.test.delta)} [{report._signed(lo)}")
+    md = report.render_markdown(out)
+    assert "interval at the decision's level" in md and "1 − 2α′" in md
+    assert re.search(r"\] 9[0-9.]+% \|", md)  # the row's own confidence is printed
+
+
+def test_markdown_explains_the_noninferiority_rule():
+    base = np.zeros(200)
+    base[:100] = 1
+    out = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", base.copy())),
+                       Policy(margin=0.02, test="noninferiority"))
+    md = report.render_markdown(out)
+    assert "significantly larger than the margin" in md
+    assert report.to_json(out)["policy"]["test"] == "noninferiority"

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest
 
-from gatekeeper.stats import PairedTest, adjust_pvalues, aggregate, mde, paired_test, resampling
+from gatekeeper.stats import (
+    PairedTest,
+    adjust_pvalues,
+    aggregate,
+    decision_levels,
+    mde,
+    paired_test,
+    resampling,
+)
 from gatekeeper.stats import corpus as corpus_mod
 
 SENTENCES = [
@@ -362,3 +370,117 @@ def test_mde_formula():
     assert mde(1.0, 0.05) == pytest.approx(1.6448536 + 0.8416212, abs=1e-6)
     assert mde(0.01, 0.01, 0.9) == pytest.approx(0.01 * (2.3263479 + 1.2815516), abs=1e-8)
     assert mde(0.0, 0.05) == 0.0
+
+
+# --- Newcombe's corrected phi, decision levels, intervals at the decision's level ----------------
+
+def _wilson(x: int, n: int, z: float) -> tuple[float, float]:
+    p = x / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
+def _newcombe_by_hand(a: int, b: int, c: int, d: int, z: float, phi: float) -> tuple[float, float]:
+    n = a + b + c + d
+    p1, p2 = (a + c) / n, (a + b) / n  # candidate, baseline
+    (l1, u1), (l2, u2) = _wilson(a + c, n, z), _wilson(a + b, n, z)
+    lo = (p1 - p2) - math.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    hi = (p1 - p2) + math.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
+    return lo, hi
+
+
+@pytest.mark.parametrize(
+    "a, b, c, d, big_a_used",
+    [
+        (35, 5, 13, 47, 35 * 47 - 5 * 13 - 50),  # A = 1580 > N/2 = 50: A - N/2
+        (2, 3, 3, 5, 0),                          # A = 1 in [0, N/2]: 0
+        (1, 6, 5, 1, 1 * 1 - 6 * 5),              # A = -29 < 0: kept
+    ],
+)
+def test_newcombe_uses_the_corrected_phi(a, b, c, d, big_a_used):
+    from gatekeeper.stats.mcnemar import corrected_phi, newcombe_interval
+
+    phi = big_a_used / math.sqrt((a + b) * (c + d) * (a + c) * (b + d))
+    assert corrected_phi(a, b, c, d) == pytest.approx(phi, abs=1e-15)
+    expected = _newcombe_by_hand(a, b, c, d, 1.959963984540054, phi)
+    np.testing.assert_allclose(newcombe_interval(a, b, c, d, 0.95), expected, rtol=0, atol=1e-12)
+    if big_a_used > 0:  # the plain phi overstates the correlation: a narrower interval
+        plain = (a * d - b * c) / math.sqrt((a + b) * (c + d) * (a + c) * (b + d))
+        lo_plain, hi_plain = _newcombe_by_hand(a, b, c, d, 1.959963984540054, plain)
+        assert lo_plain > expected[0] and hi_plain < expected[1]
+
+
+def test_hand_reference_value_of_the_corrected_interval():
+    """Table a=35, b=5, c=13, d=47 worked through by hand (z = 1.96): Wilson 95% for the
+    candidate's 48/100 = (0.38464, 0.57684) and the baseline's 40/100 = (0.30940, 0.49800);
+    A = 35*47 - 5*13 = 1580 > N/2, so phi = (1580 - 50) / sqrt(40*60*48*52) = 0.62512;
+    lower = 0.08 - sqrt(0.0090928 - 0.0116838 + 0.0096048) = -0.0037,
+    upper = 0.08 + sqrt(0.0093772 - 0.0109690 + 0.0082084) = 0.1613."""
+    from gatekeeper.stats.mcnemar import newcombe_interval
+
+    assert newcombe_interval(35, 5, 13, 47, 0.95) == pytest.approx((-0.0037, 0.1613), abs=1e-4)
+
+
+def test_no_flip_is_flagged_identical_not_an_interval():
+    base = np.array([1.0, 0.0, 1.0, 1.0])
+    r = paired_test("mean", "mean", base, base.copy(), higher_is_better=True)
+    assert r.identical and r.counts == (3, 0, 0, 1) and r.interval_at(0.9) == (0.0, 0.0)
+    moved = paired_test("mean", "mean", base, np.array([1.0, 1.0, 1.0, 1.0]), higher_is_better=True)
+    assert not moved.identical
+
+
+@pytest.mark.parametrize("method", ["holm", "bonferroni", "bh", "none"])
+def test_decision_levels_agree_with_adjusted_p(method):
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        p = rng.random(rng.integers(1, 12)) ** 4
+        p[rng.random(p.size) < 0.1] = 0.0
+        levels = decision_levels(p, method, 0.05)
+        assert ((p < levels) == (adjust_pvalues(p, method) < 0.05)).all()
+        assert (levels <= 0.05 + 1e-15).all() and (levels > 0).all()
+
+
+def test_decision_levels_holm_by_hand():
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    # sorted 0.005 x4, 0.01 x3, 0.03 x2 = 0.06, 0.04 x1 -> 0.06 after the running max
+    np.testing.assert_allclose(decision_levels(p, "holm", 0.05), [0.05 / 3, 0.05 * 0.04 / 0.06, 0.025, 0.0125])
+
+
+def test_interval_at_matches_the_reported_interval_and_widens():
+    rng = np.random.default_rng(12)
+    base = rng.beta(2, 3, 300)
+    r = paired_test("mean", "mean", base, base + rng.normal(-0.02, 0.1, 300), higher_is_better=True,
+                    confidence=0.95, n_resamples=4000)
+    assert r.interval_at(0.95) == pytest.approx((r.ci_low, r.ci_high))
+    lo99, hi99 = r.interval_at(0.99)
+    assert lo99 < r.ci_low and hi99 > r.ci_high
+    b, c = _pairs(b=30, c=12, a=120, d=38)
+    m = paired_test("mean", "mean", b, c, higher_is_better=True, confidence=0.9)
+    assert m.interval_at(0.9) == pytest.approx((m.ci_low, m.ci_high))
+
+
+@pytest.mark.parametrize("level", [0.01, 0.025, 0.05])
+def test_shifted_p_value_inverts_the_interval(level):
+    """p_drop_above(margin) < a exactly when the one-sided level-a bound on the drop is above the
+    margin (McNemar: Newcombe inverted; bootstrap: the same draws)."""
+    b, c = _pairs(b=40, c=12, a=110, d=38)
+    m = paired_test("mean", "mean", b, c, higher_is_better=True)
+    rng = np.random.default_rng(1)
+    base = rng.beta(2, 3, 200)
+    r = paired_test("mean", "mean", base, base + rng.normal(-0.05, 0.1, 200), higher_is_better=True,
+                    n_resamples=4000)
+    for t in (m, r):
+        drop_low = -t.interval_at(1 - 2 * level)[1]
+        for margin in np.linspace(drop_low - 0.03, drop_low + 0.03, 13):
+            if abs(margin - drop_low) < 2e-3:
+                continue  # Monte Carlo / bisection resolution at the boundary
+            assert (t.p_drop_above(float(margin), True) < level) == (drop_low > margin)
+
+
+def test_mcnemar_power_at_no_drop_is_the_size_and_rises():
+    from gatekeeper.stats.mcnemar import power
+
+    assert power(1000, 0.1, 0.0, 0.0, 0.05) <= 0.05
+    curve = [power(1000, 0.1, d, 0.0, 0.05) for d in (0.0, 0.01, 0.02, 0.03, 0.05)]
+    assert curve == sorted(curve) and curve[-1] > 0.95
+    assert power(1000, 0.1, 0.03, 0.02, 0.05) < power(1000, 0.1, 0.03, 0.0, 0.05)  # the margin costs power

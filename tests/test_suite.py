@@ -216,3 +216,47 @@ def test_suite_hash_function_fills_defaults() -> None:
     minimal = {"name": "x", "lm_eval_version": "0.4.13", "tasks": [{"name": "t"}]}
     spelled = {**minimal, "seeds": {"random": 0}, "tasks": [{"name": "t", "num_fewshot": None}]}
     assert suite_hash(minimal) == suite_hash(spelled)
+
+
+def test_policy_rounding_and_test_mode_defaults_and_values(tmp_path: Path) -> None:
+    policy = load_suite(_write(tmp_path, GOOD)).policy
+    assert (policy.rounding, policy.test) == (1e-5, "superiority")
+    text = GOOD.replace("  margin: 0.01\n", "  margin: 0.01\n  rounding: 0.0\n  test: noninferiority\n")
+    policy = load_suite(_write(tmp_path, text)).policy
+    assert (policy.rounding, policy.test) == (0.0, "noninferiority")
+    # a plain policy file takes the same keys
+    pol = tmp_path / "policy.yaml"
+    pol.write_text("rounding: 2e-6\ntest: noninferiority\n")
+    assert (load_policy(pol).rounding, load_policy(pol).test) == (2e-6, "noninferiority")
+
+
+@pytest.mark.parametrize(
+    ("line", "pattern"),
+    [
+        ("  rounding: 0.05\n", r"gatekeeper\.yaml:\d+: policy\.rounding: .*0\.001"),
+        ("  rounding: -1e-6\n", r"gatekeeper\.yaml:\d+: policy\.rounding: "),
+        ("  test: equivalence\n", r"gatekeeper\.yaml:\d+: policy\.test: "),
+        ("  rounding: 1e-5\n", r"policy\.rounding: expected a number .*\(1\.0e-5, not 1e-5"),
+    ],
+)
+def test_policy_rounding_and_test_are_validated_with_lines(tmp_path: Path, line: str, pattern: str) -> None:
+    """A rounding floor of 5% would snap real changes to "unchanged" (the gate opens on a typo):
+    refused, with the line, like every suite error."""
+    with pytest.raises(GateError, match=pattern) as err:
+        load_suite(_write(tmp_path, GOOD.replace("  margin: 0.01\n", "  margin: 0.01\n" + line)))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("rounding: 0.01\n", r"policy\.yaml: rounding must be between 0 and 0\.001 .*got 0\.01"),
+        ("rounding: .nan\n", r"policy\.yaml: rounding must be between 0 and 0\.001"),
+        ("test: superior\n", r"policy\.yaml: test must be one of superiority, noninferiority, got 'superior'"),
+    ],
+)
+def test_policy_file_rounding_and_test_errors_name_the_file(tmp_path: Path, text: str, pattern: str) -> None:
+    pol = tmp_path / "policy.yaml"
+    pol.write_text(text)
+    with pytest.raises(GateError, match=pattern):
+        load_policy(pol)

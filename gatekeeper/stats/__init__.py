@@ -5,8 +5,12 @@ for McNemar.
 """
 
 from .aggregate import aggregate
-from .multiplicity import adjust_pvalues, mde
+from .multiplicity import adjust_pvalues, decision_levels, mde, mde_for_rule
 from .paired import paired_test
 from .result import PairedTest
+from .rounding import snap_rounding, within_floor
 
-__all__ = ["PairedTest", "adjust_pvalues", "aggregate", "mde", "paired_test"]
+__all__ = [
+    "PairedTest", "adjust_pvalues", "aggregate", "decision_levels", "mde", "mde_for_rule", "paired_test",
+    "snap_rounding", "within_floor",
+]

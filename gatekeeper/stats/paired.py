@@ -25,7 +25,7 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
       bootstrap, both recomputing the aggregate from summed statistics.
     - clusters: the same with whole clusters as the units.
     Degenerate case: when every pair is identical, p_worse = p_better = 1, interval (0, 0),
-    se 0 (no evidence either way; the conservative choice).
+    se 0 (no evidence either way; the conservative choice) and ``identical`` is True.
     """
     base = check_values(kind, aggregation, baseline, "baseline")
     cand = check_values(kind, aggregation, candidate, "candidate")
@@ -68,19 +68,24 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
                   delta=c_score - b_score, confidence=confidence)
     if perm is None:  # every pair identical
         return PairedTest(**common, ci_low=0.0, ci_high=0.0, p_worse=1.0, p_better=1.0, se=0.0,
-                          n_resamples=0, warnings=tuple(warnings))
+                          n_resamples=0, warnings=tuple(warnings), identical=True)
     boot = bootstrap(units, confidence, n_resamples, ss_boot)
     return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
                       p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
-                      warnings=tuple(warnings))
+                      warnings=tuple(warnings), se_null=perm.se, draws=boot.draws)
 
 
 def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float) -> PairedTest:
     r = mcnemar(base, cand, higher_is_better, confidence)
     b_score, c_score = aggregate("mean", "mean", base), aggregate("mean", "mean", cand)
+    flips = r.b + r.c
+    both_right = int(np.count_nonzero((base == 1) & (cand == 1)))
+    # Under H0 the flips go either way: the test's spread is sqrt(flips) / n.
     return PairedTest(test="mcnemar-midp", n=r.n, n_clusters=None, baseline=b_score, candidate=c_score,
                       delta=c_score - b_score, ci_low=r.ci_low, ci_high=r.ci_high, confidence=confidence,
-                      p_worse=r.p_worse, p_better=r.p_better, se=r.se, n_resamples=0)
+                      p_worse=r.p_worse, p_better=r.p_better, se=r.se, n_resamples=0,
+                      se_null=float(np.sqrt(flips)) / r.n, identical=flips == 0,
+                      counts=(both_right, r.b, r.c, r.n - both_right - flips))
 
 
 def _is_binary(values: np.ndarray) -> bool:

@@ -65,6 +65,7 @@ class PermutationResult:
     p_better: float
     exact: bool
     n_resamples: int  # 0 when exact
+    se: float = 0.0  # spread of the permutation distribution (the test's null spread)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class BootstrapResult:
     ci_high: float
     se: float
     n_resamples: int
+    draws: np.ndarray | None = None  # the resampled deltas (for intervals at other levels)
 
 
 def _chunks(n_total: int, width: int) -> list[int]:
@@ -157,7 +159,7 @@ def permutation_test(units: Units, higher_is_better: bool, n_resamples: int,
         bits = (np.arange(2**mp)[:, None] >> np.arange(mp)) & 1
         t_star = stat(bits.astype(np.float64) @ dm)
         worse, better = _tail_counts(t_star, t_obs, _tolerance(t_star, level), higher_is_better)
-        return PermutationResult(worse / t_star.size, better / t_star.size, True, 0)
+        return PermutationResult(worse / t_star.size, better / t_star.size, True, 0, _spread(t_star))
 
     few = _few_distinct_rows(dm, mp // 4)
     if few is not None:
@@ -175,7 +177,12 @@ def permutation_test(units: Units, higher_is_better: bool, n_resamples: int,
     t_star = stat(_memo_shifts(key, draw, _chunks(n_resamples, width), seed_seq))
     worse, better = _tail_counts(t_star, t_obs, _tolerance(t_star, level), higher_is_better)
     b = t_star.size
-    return PermutationResult((1 + worse) / (b + 1), (1 + better) / (b + 1), False, b)
+    return PermutationResult((1 + worse) / (b + 1), (1 + better) / (b + 1), False, b, _spread(t_star))
+
+
+def _spread(t_star: np.ndarray) -> float:
+    finite = t_star[np.isfinite(t_star)]
+    return float(finite.std()) if finite.size > 1 else 0.0
 
 
 def _swap_sums(dm: np.ndarray) -> Callable[[int, np.random.Generator], np.ndarray]:
@@ -269,7 +276,7 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
     alpha = 1 - confidence
     lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
     se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
-    return BootstrapResult(float(lo), float(hi), se, int(t_star.size))
+    return BootstrapResult(float(lo), float(hi), se, int(t_star.size), t_star)
 
 
 def _few_distinct_rows(x: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
