@@ -426,8 +426,8 @@ def render_terminal(outcome: Outcome) -> str:
         )
     widths = [max(len(str(r[i])) for r in [cols, *rows]) for i in range(len(cols))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*cols), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*r) for r in rows]
+    lines = [fmt.format(*cols).rstrip(), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r).rstrip() for r in rows]
     for n in outcome.notes:
         lines.append(f"note: {n}")
     for d in outcome.differences:
