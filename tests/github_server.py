@@ -132,15 +132,13 @@ class FakeGitHub:
             self.pulls.setdefault(head_sha, []).append(pr)
         return pr
 
-    def add_pull(self, number: int, head_repo: str | None, *, fork: bool = False) -> dict:
-        """A PR for ``GET /pulls/{number}`` whose head is ``head_repo`` (None: a deleted fork)."""
+    def add_pull(self, number: int, head_repo: str, *, fork: bool = False) -> dict:
+        """A PR for ``GET /pulls/{number}`` whose head is in ``head_repo``."""
         pr = example("pull-request")
+        pr["requested_teams"] = []  # GitHub's own example lacks a required field here
         pr.update(number=number, id=self.new_id(), html_url=f"https://github.com/{self.repo}/pull/{number}")
         pr["base"]["repo"].update(full_name=self.repo, name=self.repo.split("/")[1], fork=False)
-        if head_repo is None:
-            pr["head"]["repo"] = None
-        else:
-            pr["head"]["repo"].update(full_name=head_repo, name=head_repo.split("/")[1], fork=fork)
+        pr["head"]["repo"].update(full_name=head_repo, name=head_repo.split("/")[1], fork=fork)
         with self.lock:
             self.pull_heads[number] = pr
         return pr
