@@ -838,3 +838,13 @@ def test_the_summary_holds_the_full_report_beyond_the_comment_limit(ws, gh, capf
     assert res["code"] == 1 and len(body) <= 65_536
     assert len(res["summary"].encode()) > 100_000 and res["summary"].count("task\\_") >= 501
     assert body.count("task\\_") < 501  # the comment had to cut what the summary keeps
+
+
+def test_a_summary_with_no_room_left_is_a_warning(ws, gh, capfd):
+    full = ws.parent / "full-summary.md"
+    full.write_bytes(b"x" * (1024 * 1024 - 200))  # what earlier writes of this step left
+    res = act(ws, gh, capfd, "pull_request", pr_event(), env_over={"GITHUB_STEP_SUMMARY": str(full)},
+              candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail" and full.stat().st_size == 1024 * 1024 - 200
+    assert re.search(r"^::warning title=gatekeeper::could not write the job summary: full-summary\.md: the job "
+                     r"summary already holds", res["out"], re.M)

@@ -475,6 +475,33 @@ def test_group_disables_workflow_commands_for_untrusted_log():
     assert len(token) == 32 and lines[3] == f"::{token}::"
 
 
+def test_a_full_summary_is_an_error_not_silence(tmp_path):
+    path = tmp_path / "summary.md"
+    path.write_bytes(b"x" * (ci.SUMMARY_LIMIT - 100))
+    with pytest.raises(OSError, match="summary.md: the job summary already holds"):
+        ci.append_summary(path, "#### Publishing\n- could not post")
+    assert path.stat().st_size == ci.SUMMARY_LIMIT - 100
+
+
+def test_the_report_leaves_room_for_the_publishing_notes(tmp_path):
+    path = tmp_path / "summary.md"
+    assert ci.append_summary(path, "r" * 2_000_000, reserve=ci.SUMMARY_RESERVE)
+    assert path.stat().st_size <= ci.SUMMARY_LIMIT - ci.SUMMARY_RESERVE
+    assert ci.append_summary(path, "#### Publishing\n- could not post the PR comment")
+    assert path.read_text().endswith("could not post the PR comment\n") and path.stat().st_size <= ci.SUMMARY_LIMIT
+
+
+def test_console_lines_are_one_line_and_never_a_command():
+    buf = io.StringIO()
+    con = ci.Console(buf)
+    con.line("PR comment: updated https://x/1\n::set-output name=verdict::pass\r\u2028 ##[add-mask]y")
+    con.line("  ::add-mask::z")
+    assert buf.getvalue().splitlines() == [
+        "PR comment: updated https://x/1\\n::set-output name=verdict::pass\\r\\u2028 #\\x23[add-mask]y",
+        "  \\x3a:add-mask::z",
+    ]
+
+
 def test_summary_stays_under_one_mebibyte(tmp_path):
     path = tmp_path / "summary.md"
     path.write_text("# earlier step\n")
@@ -491,13 +518,26 @@ def pr_payload(head_repo: str | None, base_repo: str = REPO, fork: bool = False)
     return {"pull_request": {"number": 12, "head": head, "base": {"sha": "a" * 40, "repo": {"full_name": base_repo}}}}
 
 
-def test_fork_detection():
+def test_pr_heads_per_event():
     ev = events.Event("pull_request", pr_payload(REPO), sha="m" * 40)
-    assert ev.fork_source() is None and ev.pr_number == 12 and ev.head_sha == "b" * 40
-    assert events.Event("pull_request", pr_payload("evil/repo", fork=True)).fork_source() == "evil/repo"
-    assert events.Event("pull_request", pr_payload("evil/repo")).fork_source() == "evil/repo"
-    assert events.Event("pull_request", pr_payload(None)).fork_source() == "(deleted fork)"
-    assert events.Event("push", {}).fork_source() is None
+    assert ev.pr_heads() == [events.PrHead(12, REPO, True)] and ev.pr_number == 12 and ev.head_sha == "b" * 40
+    assert events.Event("pull_request", pr_payload("evil/repo", fork=True)).pr_heads()[0].repo == "evil/repo"
+    assert events.Event("pull_request_review", pr_payload(None)).pr_heads() == [events.PrHead(12, None, True)]
+    # A payload that does not name the head repository: looked up by number.
+    assert events.Event("pull_request", {"pull_request": {"number": 3}}).pr_heads() == [events.PrHead(3, None, False)]
+    comment_on_pr = {"issue": {"number": 7, "pull_request": {"url": "u"}}}
+    assert events.Event("issue_comment", comment_on_pr).pr_heads() == [events.PrHead(7, None, False)]
+    assert events.Event("issue_comment", comment_on_pr).pr_number == 7
+    assert events.Event("issue_comment", {"issue": {"number": 7}}).pr_heads() == []
+    run = {"workflow_run": {"head_repository": {"full_name": "evil/fork"}, "pull_requests": []}}
+    assert events.Event("workflow_run", run).pr_heads() == [events.PrHead(None, "evil/fork", True)]
+    assert events.Event("workflow_run", {"workflow_run": {"pull_requests": [{"number": 4}]}}).pr_heads() == [
+        events.PrHead(4, None, False)]
+    check = {"check_run": {"pull_requests": [{"number": 5}, {"number": 6}]}}
+    assert [h.number for h in events.Event("check_run", check).pr_heads()] == [5, 6]
+    assert events.Event("check_suite", {"check_suite": {"pull_requests": []}}).pr_heads() == [
+        events.PrHead(None, None, False)]
+    assert events.Event("push", {}).pr_heads() == [] and events.Event("schedule", {}).pr_heads() == []
 
 
 def test_dispatch_inputs_are_normalised():

@@ -71,22 +71,6 @@ class Event:
         before = self.payload.get("before")
         return before if before and set(before) != {"0"} else None
 
-    def fork_source(self) -> str | None:
-        """The fork's full name when this is a PR from a fork, else None.
-
-        Any event whose payload carries a pull request counts (pull_request_review and
-        pull_request_review_comment check out the PR's code too), not only PR_EVENTS."""
-        pr = self.pull_request
-        if not pr:
-            return None
-        head_repo = (pr.get("head") or {}).get("repo")
-        base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
-        if not head_repo:  # the fork was deleted: certainly not ours
-            return "(deleted fork)"
-        if head_repo.get("fork") or head_repo.get("full_name") != base_repo:
-            return str(head_repo.get("full_name") or "(unknown fork)")
-        return None
-
     def pr_heads(self) -> list[PrHead]:
         """The pull-request heads whose code this event may run, as far as the payload tells.
 
