@@ -1,12 +1,14 @@
 """Entrypoint of the gatekeeper Docker action: ``python -m gatekeeper.action``.
 
-Reads ``INPUT_*`` (the runner keeps hyphens: ``INPUT_GITHUB-TOKEN``) and ``GITHUB_*``, runs the
-gate in-process (no shell ever sees an input), then publishes: sticky PR comment, commit status,
-nightly tracking issue, job summary, step outputs, annotations.
+Reads ``INPUT_*`` (the runner keeps hyphens: ``INPUT_GITHUB-TOKEN``) and ``GITHUB_*``, refuses
+pull-request code it cannot verify on self-hosted runners, runs the gate in-process (no shell
+ever sees an input), writes the verdict (annotations, JSON report, job summary, step outputs),
+and only then publishes under one deadline: sticky PR comment, commit status, nightly tracking
+issue.
 
 Exit codes: 0 pass (or fail-on: never), 1 regression, 2 error or refusal. Publishing never
-changes the exit code: if GitHub is down, the job says so in the log and the summary and still
-exits with the gate's code. See docs/action.md.
+changes the exit code: if GitHub is down, slow or hostile, the job says so in the log and the
+summary and still exits with the gate's code. See docs/action.md.
 """
 
 from __future__ import annotations
