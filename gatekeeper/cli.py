@@ -150,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         dtype=args.dtype,
         limit=args.limit,
+        log=_out,  # progress lines quote task names and lm-eval's messages
     )
     _out(f"run written to {run_dir}")
     return EXIT_OK
@@ -164,7 +165,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
     try:
         result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
-                          record_missing=args.record_missing, revision=args.revision, device=args.device)
+                          record_missing=args.record_missing, revision=args.revision, device=args.device,
+                          log=_out)
         if result.outcome is None:
             _out(result.notice)
             if args.json:
