@@ -1,12 +1,14 @@
 """Entrypoint of the gatekeeper Docker action: ``python -m gatekeeper.action``.
 
-Reads ``INPUT_*`` (the runner keeps hyphens: ``INPUT_GITHUB-TOKEN``) and ``GITHUB_*``, runs the
-gate in-process (no shell ever sees an input), then publishes: sticky PR comment, commit status,
-nightly tracking issue, job summary, step outputs, annotations.
+Reads ``INPUT_*`` (the runner keeps hyphens: ``INPUT_GITHUB-TOKEN``) and ``GITHUB_*``, refuses
+pull-request code it cannot verify on self-hosted runners, runs the gate in-process (no shell
+ever sees an input), writes the verdict (annotations, JSON report, job summary, step outputs),
+and only then publishes under one deadline: sticky PR comment, commit status, nightly tracking
+issue.
 
 Exit codes: 0 pass (or fail-on: never), 1 regression, 2 error or refusal. Publishing never
-changes the exit code: if GitHub is down, the job says so in the log and the summary and still
-exits with the gate's code. See docs/action.md.
+changes the exit code: if GitHub is down, slow or hostile, the job says so in the log and the
+summary and still exits with the gate's code. See docs/action.md.
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ class Evaluation:
     report_json: dict[str, Any] | None = None
     run_dir: Path | None = None
     suite: Any = None
+    summary: str | None = None  # the job summary's report, when longer than the comment allows
+
+    @property
+    def summary_markdown(self) -> str:
+        return self.markdown if self.summary is None else self.summary
 
 
 @dataclass
@@ -134,10 +141,14 @@ def _path(job: Job, value: str) -> Path:
 # -- evaluation ------------------------------------------------------------------------------
 
 
-def fork_refusal(job: Job, inputs: Inputs) -> str | None:
-    """Why this run must not evaluate the PR's code, or None."""
-    fork = job.event.fork_source()
-    if fork is None or inputs.flag("allow-forks"):
+def fork_refusal(job: Job, inputs: Inputs, client: GitHubClient | None = None) -> str | None:
+    """Why this run must not evaluate the PR's code, or None.
+
+    On a self-hosted runner (and always with pull_request_target's write token) every event
+    that can run a pull request's code must show that the PR's head is this repository: from
+    the payload where it names the head repository, else from ``GET /pulls/{n}``. Whatever
+    cannot be verified is refused (fail closed): a checkpoint is code."""
+    if inputs.flag("allow-forks"):
         return None
     runner_env = job.env.get("RUNNER_ENVIRONMENT", "").strip().lower() or "self-hosted"
     if job.event.name == "pull_request_target":
@@ -146,11 +157,47 @@ def fork_refusal(job: Job, inputs: Inputs) -> str | None:
         where = "on a self-hosted runner"
     else:
         return None
-    return (
-        f"refusing to evaluate code from fork {fork} {where}: a checkpoint can run code when loaded. "
-        f"Use the pull_request + workflow_run split (see {FORK_DOC}) or set allow-forks: true if you "
-        "accept the risk"
-    )
+    for head in job.event.pr_heads():
+        fork, why = _head_problem(job, head, client)
+        if fork:
+            return (
+                f"refusing to evaluate code from fork {fork} {where}: a checkpoint can run code when "
+                f"loaded. Use the pull_request + workflow_run split (see {FORK_DOC}) or set allow-forks: "
+                "true if you accept the risk"
+            )
+        if why:
+            return (
+                f"refusing to evaluate a pull request's code {where}: the {job.event.name or 'unknown'} "
+                f"event's pull request head cannot be verified to be {job.repo or 'this repository'} "
+                f"({why}), and a fork's checkpoint can run code when loaded. Give the action a "
+                "github-token that can read pull requests, run on a GitHub-hosted runner, or set "
+                f"allow-forks: true if you accept the risk (see {FORK_DOC})"
+            )
+    return None
+
+
+def _head_problem(job: Job, head: events.PrHead, client: GitHubClient | None) -> tuple[str, str]:
+    """(fork name, "") when the head is another repository, ("", why) when that cannot be
+    told, ("", "") when it is verified to be this repository."""
+    if not job.repo:
+        return "", "GITHUB_REPOSITORY is not set"
+    if not head.known:
+        if head.number is None:
+            return "", "the event names no pull request number to look up"
+        if client is None:
+            return "", f"no github-token to look up pull request #{head.number}"
+        try:
+            client.start_deadline()
+            head = events.head_of(client.get_pull(job.repo, head.number))
+        except Exception as err:  # noqa: BLE001 - any failure to verify is a refusal
+            return "", f"looking up pull request #{head.number} failed: {err}"
+        if not head.known:
+            return "", f"GitHub's answer for pull request #{head.number} names no head repository"
+    if head.repo is None:
+        return "(deleted fork)", ""
+    if head.repo.lower() != job.repo.lower():
+        return head.repo, ""
+    return "", ""
 
 
 def _report_ctx(job: Job, suite_name: str | None):
@@ -179,6 +226,8 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
         verdict=outcome.verdict,
         markdown=report.render_markdown(outcome, ctx),
         headline=report.headline(outcome, ctx),
+        # The job summary may hold 1 MiB, not the comment's 60k: render it again at its own size.
+        summary=report.render_markdown(outcome, ctx, max_chars=ci.SUMMARY_CHARS),
         outcome=outcome,
         regressions=regressions,
         report_json=report_json if report_json is not None else report.to_json(outcome),
@@ -211,9 +260,15 @@ def _with_notes(ev: Evaluation, base) -> Evaluation:
     """The report with the base-commit notes under its headline, where a reviewer reads them."""
     if base is None or not base.notes:
         return ev
-    head, sep, rest = ev.markdown.partition("\n\n")
-    ev.markdown = head + "\n\n" + "\n\n".join(base.notes) + (sep + rest if sep else "")
+    ev.markdown = _under_headline(ev.markdown, base.notes)
+    if ev.summary is not None:
+        ev.summary = _under_headline(ev.summary, base.notes)
     return ev
+
+
+def _under_headline(markdown: str, notes: list[str]) -> str:
+    head, sep, rest = markdown.partition("\n\n")
+    return head + "\n\n" + "\n\n".join(notes) + (sep + rest if sep else "")
 
 
 def evaluate(job: Job, inputs: Inputs) -> Evaluation:
@@ -441,10 +496,14 @@ def main(env: dict[str, str] | None = None) -> int:
         run_url=_run_url(env),
     )
     inputs = Inputs(dict(DEFAULTS))
+    client = None
+    if token and job.repo:
+        client = GitHubClient(token, env.get("GITHUB_API_URL") or "https://api.github.com",
+                              retry=RetryPolicy.from_env(env), log=lambda m: console.line(f"  {m}"))
     try:
         job.event = events.load_event(env)
         inputs = read_inputs(env, job.event)
-        refusal = fork_refusal(job, inputs)
+        refusal = fork_refusal(job, inputs, client)
         if refusal:
             ev = error_evaluation(refusal, "refused")
         else:
@@ -463,36 +522,39 @@ def main(env: dict[str, str] | None = None) -> int:
     if job.event.name == "schedule" and ev.verdict == "pass" and inputs.values.get("promote-on-green"):
         _promote_on_green(job, inputs, ev)
 
-    client = None
-    if token and job.repo:
-        client = GitHubClient(token, env.get("GITHUB_API_URL") or "https://api.github.com",
-                              retry=RetryPolicy.from_env(env), log=lambda m: console.line(f"  {m}"))
+    # The verdict is written before GitHub is called: a hung or hostile API can then cost the
+    # comment, never the report, the summary or the outputs.
+    outputs = {"verdict": ev.verdict, "regressions": str(len(ev.regressions)),
+               "report-json": _write_report_json(job, ev)}
+    noted = len(job.notes)
+    _write_runner_files(job, ev.summary_markdown + _notes_md(job.notes), outputs, reserve=ci.SUMMARY_RESERVE)
+    if client is not None:
+        client.start_deadline()  # one deadline on all publishing (GATEKEEPER_PUBLISH_DEADLINE)
     try:
         comment_url = publish(job, inputs, ev, client)
     except Exception as err:  # noqa: BLE001 - a publishing bug must not change the verdict
         job.warn(f"publishing failed unexpectedly ({type(err).__name__}: {err}); the verdict stands")
         comment_url = ""
+    _write_runner_files(job, _notes_md(job.notes[noted:]), {"comment-url": comment_url}, reserve=0)
+    console.line(f"gatekeeper: {ev.verdict} (exit {code})")
+    return code
 
-    report_path = _write_report_json(job, ev)
-    summary = ev.markdown
-    if job.notes:
-        summary += "\n\n#### Publishing\n" + "\n".join(f"- {_md_note(n)}" for n in job.notes)
-    outputs = {
-        "verdict": ev.verdict,
-        "regressions": str(len(ev.regressions)),
-        "report-json": report_path,
-        "comment-url": comment_url,
-    }
+
+def _notes_md(notes: list[str]) -> str:
+    return "\n\n#### Publishing\n" + "\n".join(f"- {_md_note(n)}" for n in notes) if notes else ""
+
+
+def _write_runner_files(job: Job, summary: str, outputs: dict[str, str], *, reserve: int) -> None:
+    """Append to the job summary and the step outputs; a failure is a warning, never the exit code."""
     for what, write in (
-        ("job summary", lambda: ci.append_summary(env.get("GITHUB_STEP_SUMMARY"), summary + "\n")),
-        ("step outputs", lambda: ci.write_outputs(env.get("GITHUB_OUTPUT"), outputs)),
+        ("job summary", lambda: summary and ci.append_summary(
+            job.env.get("GITHUB_STEP_SUMMARY"), summary.lstrip("\n") + "\n", reserve=reserve)),
+        ("step outputs", lambda: ci.write_outputs(job.env.get("GITHUB_OUTPUT"), outputs)),
     ):
         try:
             write()
         except OSError as err:  # the runner's files, not ours: say so, keep the gate's code
-            console.annotate("warning", f"could not write the {what}: {err.strerror or err}", title="gatekeeper")
-    console.line(f"gatekeeper: {ev.verdict} (exit {code})")
-    return code
+            job.console.annotate("warning", f"could not write the {what}: {err.strerror or err}", title="gatekeeper")
 
 
 def _log_traceback(console: ci.Console) -> None:
@@ -533,7 +595,10 @@ def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
         job.warn(f"promote-on-green failed ({type(err).__name__}: {err}); the verdict stands")
         return
     job.console.line(f"promoted this run as the new baseline: {written}")
-    ev.markdown += f"\n\nPromoted this run as the new baseline: `{written.name}` (commit it to keep it)."
+    note = f"\n\nPromoted this run as the new baseline: `{written.name}` (commit it to keep it)."
+    ev.markdown += note
+    if ev.summary is not None:
+        ev.summary += note
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -13,13 +15,54 @@ from typing import Any
 
 from gatekeeper import __version__
 from gatekeeper.model import GateError
+from gatekeeper.publish.ci import escape_controls, one_line, one_line_each
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors: exit 2 with one line, as argparse does
-        self.exit(EXIT_INVALID, f"gatekeeper: error: {message}\n")
+        self.exit(EXIT_INVALID, f"gatekeeper: error: {one_line(message)}\n")
+
+
+# -- the printing edge: what gatekeeper writes to stdout/stderr can be read by a CI runner, which
+# executes lines that start with "::" (or hold "##["). Untrusted values (task, metric and model
+# names from results files) must stay on their line and never start one.
+
+
+def _out(text: str) -> None:
+    """Lines of ours on stdout, each made harmless (see ``publish.ci.one_line``)."""
+    print(one_line_each(text))
+
+
+def _escaped(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A copy of ``obj`` (dataclasses, lists, tuples, dicts) whose strings have their control
+    characters escaped; unchanged parts are shared, not copied. For rendering only: the JSON
+    report keeps the names as they are."""
+    memo = {} if memo is None else memo
+    if isinstance(obj, str):
+        return escape_controls(obj)
+    if id(obj) in memo:
+        return memo[id(obj)]
+    memo[id(obj)] = obj  # cycles end here
+    new: Any = obj
+    if isinstance(obj, (list, tuple)):
+        items = [_escaped(x, memo) for x in obj]
+        if any(a is not b for a, b in zip(items, obj, strict=True)):
+            new = type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    elif isinstance(obj, dict):
+        pairs = [(_escaped(k, memo), _escaped(v, memo)) for k, v in obj.items()]
+        if any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(pairs, obj.items(), strict=True)):
+            new = dict(pairs)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changed = {f.name: v for f in dataclasses.fields(obj)
+                   if (v := _escaped(getattr(obj, f.name), memo)) is not getattr(obj, f.name)}
+        if changed:
+            new = copy.copy(obj)
+            for name, value in changed.items():
+                object.__setattr__(new, name, value)  # frozen dataclasses too: this is our copy
+    memo[id(obj)] = new
+    return new
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -51,7 +94,7 @@ def _emit(outcome, args: argparse.Namespace, extra: dict[str, Any] | None = None
         _atomic_write(Path(args.json), json.dumps(data, indent=2, allow_nan=False) + "\n")
     if args.markdown:
         _atomic_write(Path(args.markdown), report.render_markdown(outcome) + "\n")
-    print(report.render_terminal(outcome))
+    _out(report.render_terminal(_escaped(outcome)))
     return outcome.exit_code
 
 
@@ -107,8 +150,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         dtype=args.dtype,
         limit=args.limit,
+        log=_out,  # progress lines quote task names and lm-eval's messages
     )
-    print(f"run written to {run_dir}")
+    _out(f"run written to {run_dir}")
     return EXIT_OK
 
 
@@ -121,9 +165,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
     try:
         result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
-                          record_missing=args.record_missing, revision=args.revision, device=args.device)
+                          record_missing=args.record_missing, revision=args.revision, device=args.device,
+                          log=_out)
         if result.outcome is None:
-            print(result.notice)
+            _out(result.notice)
             if args.json:
                 _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2, allow_nan=False) + "\n")
             if args.markdown:
@@ -132,7 +177,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)} if args.out else None)
         if args.print_markdown:
             print()
-            print(report.render_markdown(result.outcome))
+            _out(report.render_markdown(result.outcome))
         return code
     finally:
         if not args.out:
@@ -150,14 +195,14 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             path = load_suite(args.suite).baseline_path
         else:
             raise GateError("baseline show: give a baseline FILE or --suite")
-        print(store.show(path))
+        _out(store.show(path))
         return EXIT_OK
     suite = load_suite(args.suite)
     if args.action == "record":
         path = store.record(Path(args.run_dir), suite, force=args.force)
     else:
         path = store.promote(Path(args.run_dir), suite)
-    print(f"baseline written to {path}")
+    _out(f"baseline written to {path}")
     return EXIT_OK
 
 
@@ -245,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except GateError as exc:
-        print(f"gatekeeper: error: {exc}", file=sys.stderr)
+        # One line per problem, as the message has them; each harmless to a CI runner.
+        print(f"gatekeeper: error: {one_line_each(str(exc))}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
@@ -254,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return _broken_pipe()
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected exception becomes exit 2
         text = str(exc).strip().splitlines()
-        print(f"gatekeeper: internal error: {type(exc).__name__}: {text[0] if text else ''} "
+        print(f"gatekeeper: internal error: {type(exc).__name__}: {one_line(text[0]) if text else ''} "
               "(a bug in gatekeeper or its dependencies; please report it with the command line)",
               file=sys.stderr)
         return EXIT_INVALID

@@ -6,7 +6,10 @@ against the headers GitHub expects; a bad request gets 400 and its problem is re
 the fake cannot drift from the real API.
 
 State: issue/PR comments (ids, urls, pagination with Link headers), commit statuses, issues
-with labels/state, PRs by commit. Faults are injected per request (status, headers, body, delay).
+with labels/state, PRs by commit and by number. Faults are injected per request (status,
+headers, body, delay, a body trickled byte by byte), plus server-wide ones: a ``Link`` next page
+that points back to itself or to endless new pages (``pages``), and listings that lag behind
+writes (``listing_lag``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Fault:
     after: bool = False  # apply the request first, then delay and/or answer ``status`` (it happened anyway)
     times: int = 1
     drop: bool = False  # with after: apply, then close the connection without an answer
+    trickle: float = 0.0  # seconds between the bytes of the answer's body (a stalled proxy)
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Recorded:
     body: Any
     status: int = 0
     at: float = 0.0
+    trickle: float = 0.0
 
 
 class FakeGitHub:
@@ -85,6 +90,10 @@ class FakeGitHub:
         self.errors: list[str] = []
         self.read_only = False
         self.per_page_cap = 100
+        self.pages = ""  # "self": every list's next page is itself; "endless": always one more page
+        self.listing_lag = 0.0  # seconds before a new comment or issue shows in listings
+        self._born: dict[int, float] = {}  # id -> when it was created (for listing_lag)
+        self.pull_heads: dict[int, dict] = {}  # PR number -> the PR object GET pulls/{n} answers
         self._next_id = 1000
         self._server: ThreadingHTTPServer | None = None
 
@@ -123,6 +132,22 @@ class FakeGitHub:
             self.pulls.setdefault(head_sha, []).append(pr)
         return pr
 
+    def add_pull(self, number: int, head_repo: str, *, fork: bool = False) -> dict:
+        """A PR for ``GET /pulls/{number}`` whose head is in ``head_repo``."""
+        pr = example("pull-request")
+        pr["requested_teams"] = []  # GitHub's own example lacks a required field here
+        pr.update(number=number, id=self.new_id(), html_url=f"https://github.com/{self.repo}/pull/{number}")
+        pr["base"]["repo"].update(full_name=self.repo, name=self.repo.split("/")[1], fork=False)
+        pr["head"]["repo"].update(full_name=head_repo, name=head_repo.split("/")[1], fork=fork)
+        with self.lock:
+            self.pull_heads[number] = pr
+        return pr
+
+    def _visible(self, items: list[dict]) -> list[dict]:
+        """Listings lag behind writes by ``listing_lag`` seconds (as GitHub's can)."""
+        now = time.monotonic()
+        return [i for i in items if now - self._born.get(i["id"], -1e9) >= self.listing_lag]
+
     def add_comment(self, number: int, body: str, user: dict | None = None) -> dict:
         c = example("issue-comment")
         cid = self.new_id()
@@ -134,6 +159,7 @@ class FakeGitHub:
         )
         with self.lock:
             self.comments.setdefault(number, []).append(c)
+            self._born[cid] = time.monotonic()
         return c
 
     def add_issue(self, title: str, body: str, labels: list[str], state: str = "open") -> dict:
@@ -150,6 +176,7 @@ class FakeGitHub:
             )
             issue.pop("pull_request")
             self.issues[number] = issue
+            self._born[issue["id"]] = time.monotonic()
         return issue
 
     def fail(self, method: str, path: str, status: int | None = None, **kw: Any) -> None:
@@ -200,6 +227,7 @@ class FakeGitHub:
                 self.errors += [f"{rec.method} {rec.path}: {p}" for p in problems]
             return 400, {}, {"message": "; ".join(problems)}, 0.0
         fault = self._take_fault(rec.method, rec.path)
+        rec.trickle = fault.trickle if fault else 0.0
         if fault and not fault.after:
             if fault.delay:
                 time.sleep(fault.delay)
@@ -233,6 +261,7 @@ class FakeGitHub:
             ("POST", r"/issues/(\d+)/comments", self._create_comment),
             ("PATCH", r"/issues/comments/(\d+)", self._update_comment),
             ("GET", r"/commits/([0-9a-zA-Z]+)/pulls", self._pulls),
+            ("GET", r"/pulls/(\d+)", self._get_pull),
             ("POST", r"/statuses/([0-9a-zA-Z]+)", self._status),
             ("GET", r"/issues", self._list_issues),
             ("POST", r"/issues", self._create_issue),
@@ -252,6 +281,10 @@ class FakeGitHub:
         links = []
         base = f"{self.url}{rec.path}"
         extra = "".join(f"&{k}={v[0]}" for k, v in sorted(rec.query.items()) if k not in ("page", "per_page"))
+        if self.pages == "self":
+            return 200, {"Link": f'<{base}?per_page={per_page}&page={page}{extra}>; rel="next"'}, items[:per_page]
+        if self.pages == "endless":
+            last = page + 1
         if page < last:
             links.append(f'<{base}?per_page={per_page}&page={page + 1}{extra}>; rel="next"')
             links.append(f'<{base}?per_page={per_page}&page={last}{extra}>; rel="last"')
@@ -271,7 +304,7 @@ class FakeGitHub:
         return None
 
     def _list_comments(self, rec, number):
-        return self._page(rec, list(self.comments.get(int(number), [])))
+        return self._page(rec, self._visible(list(self.comments.get(int(number), []))))
 
     def _create_comment(self, rec, number):
         bad = self._too_long(rec.body["body"])
@@ -293,6 +326,10 @@ class FakeGitHub:
     def _pulls(self, rec, sha):
         return self._page(rec, list(self.pulls.get(sha, [])))
 
+    def _get_pull(self, rec, number):
+        pr = self.pull_heads.get(int(number))
+        return (200, {}, pr) if pr else (404, {}, {"message": "Not Found"})
+
     def _status(self, rec, sha):
         s = example("status")
         s.update(id=self.new_id(), state=rec.body["state"], description=rec.body.get("description"),
@@ -303,7 +340,7 @@ class FakeGitHub:
     def _list_issues(self, rec):
         labels = set(filter(None, (rec.query.get("labels") or [""])[0].split(",")))
         state = (rec.query.get("state") or ["open"])[0]
-        items = [i for i in self.issues.values()
+        items = [i for i in self._visible(list(self.issues.values()))
                  if (state == "all" or i["state"] == state) and labels <= {lb["name"] for lb in i["labels"]}]
         return self._page(rec, items)
 
@@ -356,9 +393,23 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
+                if rec.trickle:
+                    self._trickle(data, rec.trickle)
+                else:
+                    self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError, OSError):
                 pass  # the client gave up (timeout test)
+
+        def _trickle(self, data: bytes, every: float) -> None:
+            """One byte per ``every`` seconds, for at most 20 s (then the connection closes)."""
+            end = time.monotonic() + 20
+            for i in range(len(data)):
+                if time.monotonic() > end:
+                    self.close_connection = True
+                    return
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(every)
 
         do_GET = do_POST = do_PATCH = do_DELETE = _serve
 

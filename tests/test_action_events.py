@@ -632,3 +632,219 @@ def test_a_corrupt_baseline_at_the_base_is_exit_2_naming_the_committed_file(ws, 
 def test_a_pull_request_event_without_its_pull_request_object_is_exit_2(ws, gh, capfd):
     res = act(ws, gh, capfd, "pull_request", {"action": "opened"}, candidate="runs/regressed.json.gz")
     assert "without its pull_request object" in _one_error_line(res)
+
+
+# -- fork policy per event (issue #10 item 4) --------------------------------------------------
+
+SELF_HOSTED = {"RUNNER_ENVIRONMENT": "self-hosted"}
+
+
+def comment_event(number: int | None = 12) -> dict:
+    issue = {"number": number or 5, "title": "t"}
+    if number is not None:
+        issue["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{number}"}
+    return {"action": "created", "issue": issue, "comment": {"body": "/gatekeeper"}}
+
+
+def check_event(kind: str, numbers: list[int]) -> dict:
+    prs = [{"number": n, "id": n, "head": {"sha": HEAD, "repo": {"id": 1, "name": "repo"}}} for n in numbers]
+    return {kind: {"head_sha": HEAD, "pull_requests": prs}}
+
+
+def workflow_run_event(head_repo: str | None) -> dict:
+    run = {"head_sha": HEAD, "event": "pull_request", "pull_requests": []}
+    if head_repo is not None:
+        run["head_repository"] = {"full_name": head_repo}
+    return {"workflow_run": run}
+
+
+def _refused(res: dict) -> str:
+    assert res["code"] == 2 and res["outputs"]["verdict"] == "refused", res["out"][-2000:]
+    (line,) = [ln for ln in res["out"].splitlines() if ln.startswith("::error")]
+    assert "Traceback" not in res["err"]
+    return line
+
+
+@pytest.mark.parametrize("event, payload", [
+    ("issue_comment", comment_event()),
+    ("check_run", check_event("check_run", [12])),
+    ("check_suite", check_event("check_suite", [12])),
+])
+def test_events_that_name_a_fork_pr_by_number_are_refused_after_a_lookup(ws, gh, capfd, event, payload):
+    gh.add_pull(12, "evil/fork", fork=True)
+    line = _refused(act(ws, gh, capfd, event, payload, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz"))
+    assert "refusing to evaluate code from fork evil/fork on a self-hosted runner" in line
+    assert (gh.requests[0].method, gh.requests[0].path) == ("GET", f"/repos/{REPO}/pulls/12")
+    assert gh.writes() == []
+
+
+@pytest.mark.parametrize("event, payload", [
+    ("issue_comment", comment_event()),
+    ("check_run", check_event("check_run", [12])),
+    ("check_suite", check_event("check_suite", [12])),
+    ("workflow_run", workflow_run_event(REPO)),
+])
+def test_events_whose_pr_head_is_this_repository_are_evaluated(ws, gh, capfd, event, payload):
+    gh.add_pull(12, REPO)
+    res = act(ws, gh, capfd, event, payload, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and res["outputs"]["verdict"] == "pass", res["out"][-2000:]
+
+
+def test_a_deleted_fork_is_refused(ws, gh, capfd):
+    line = _refused(act(ws, gh, capfd, "pull_request_review", {"pull_request": {
+        "number": 12, "head": {"sha": HEAD, "repo": None}, "base": {"sha": BASE, "repo": {"full_name": REPO}}}},
+        env_over=SELF_HOSTED, candidate="runs/harmless.json.gz"))
+    assert "(deleted fork)" in line
+
+
+def test_a_fork_workflow_run_is_refused_from_its_payload(ws, gh, capfd):
+    line = _refused(act(ws, gh, capfd, "workflow_run", workflow_run_event("evil/fork"), env_over=SELF_HOSTED,
+                        candidate="runs/harmless.json.gz"))
+    assert "fork evil/fork" in line and gh.writes() == []
+    assert not [r for r in gh.requests if "/pulls/" in r.path and "/commits/" not in r.path]
+
+
+@pytest.mark.parametrize("case", ["api down", "no token", "unknown pr", "no number", "no head repository"])
+def test_a_pr_head_that_cannot_be_verified_is_refused(ws, gh, capfd, case):
+    event, payload, env = "issue_comment", comment_event(), dict(SELF_HOSTED)
+    if case == "api down":
+        gh.add_pull(12, REPO)
+        gh.fail("GET", r"/pulls/12$", 503, times=100)
+    elif case == "no token":
+        env["INPUT_GITHUB-TOKEN"] = None
+    elif case == "no number":  # GitHub lists no PRs in a fork's check suite
+        event, payload = "check_suite", check_event("check_suite", [])
+    elif case == "no head repository":
+        event, payload = "workflow_run", workflow_run_event(None)
+    res = act(ws, gh, capfd, event, payload, env_over=env, candidate="runs/harmless.json.gz")
+    line = _refused(res)
+    assert "cannot be verified to be octo/repo" in line
+    assert gh.writes() == [] and "refused" in res["summary"]
+
+
+def test_github_hosted_runners_evaluate_without_a_lookup(ws, gh, capfd):
+    res = act(ws, gh, capfd, "issue_comment", comment_event(), candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and not [r for r in gh.requests if "/pulls/" in r.path]
+
+
+def test_an_issue_comment_on_a_plain_issue_is_not_a_pull_request(ws, gh, capfd):
+    res = act(ws, gh, capfd, "issue_comment", comment_event(None), env_over=SELF_HOSTED,
+              candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and gh.requests == []
+
+
+def test_a_same_named_head_in_another_case_is_this_repository(ws, gh, capfd):
+    res = act(ws, gh, capfd, "pull_request", pr_event("Octo/Repo"), env_over=SELF_HOSTED,
+              candidate="runs/harmless.json.gz")
+    assert res["code"] == 0
+
+
+# -- publishing never costs the verdict (issue #10 items 2, 14) --------------------------------
+
+FAST = {"GATEKEEPER_HTTP_SECONDARY_WAIT": "0.2", "GATEKEEPER_PUBLISH_DEADLINE": "4",
+        "GATEKEEPER_HTTP_REQUEST_TIMEOUT": "1", "GATEKEEPER_HTTP_MAX_PAGES": "5",
+        "GATEKEEPER_HTTP_READ_TIMEOUT": "0.5"}
+SECONDARY = {"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}
+
+
+def _fault(gh: FakeGitHub, name: str) -> None:
+    for i in range(3):
+        gh.add_comment(12, f"human {i}")
+    if name == "self link":
+        gh.pages = "self"
+    elif name == "endless pages":
+        gh.pages = "endless"
+    elif name == "trickle":
+        gh.fail("GET", r"/comments$", trickle=0.05, times=100)
+    elif name == "secondary limit":
+        gh.fail("POST", r"/comments$", 403, body=SECONDARY, times=100)
+    elif name == "retry-after nan":
+        gh.fail("GET", r"/comments$", 403, headers={"Retry-After": "nan"}, body=SECONDARY, times=100)
+    elif name == "502 on post, listing lags":
+        gh.listing_lag = 30
+        gh.fail("POST", r"/comments$", 502, after=True, times=100)
+    elif name == "timeouts":
+        gh.fail("POST", r"/comments$", delay=2, after=True, times=100)
+    elif name == "dropped":
+        gh.fail("POST", r"/comments$", after=True, drop=True, times=100)
+    elif name == "down":
+        gh.fail("GET", r"/comments$", 503, times=100)
+
+
+@pytest.mark.parametrize("fault", ["self link", "endless pages", "trickle", "secondary limit", "retry-after nan",
+                                   "502 on post, listing lags", "timeouts", "dropped", "down"])
+def test_no_api_fault_changes_the_exit_code_or_the_report_or_posts_twice(ws, gh, capfd, fault):
+    import time
+
+    _fault(gh, fault)
+    t0 = time.monotonic()
+    res = act(ws, gh, capfd, "pull_request", pr_event(), env_over=FAST, candidate="runs/regressed.json.gz")
+    assert time.monotonic() - t0 < 12
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail" and res["outputs"]["regressions"] == "1"
+    assert json.loads((ws / res["outputs"]["report-json"]).read_text())["verdict"] == "fail"
+    assert res["summary"].startswith("### ❌")
+    marked = [b for b in gh.comment_bodies(12) if comment.sticky_marker("demo") in b]
+    assert len(marked) <= 1  # at most one comment, whatever the API did
+    assert marked or "#### Publishing" in res["summary"]  # no comment: the summary says why
+    assert "comment-url" in res["outputs"] and "publishing failed unexpectedly" not in res["out"]
+
+
+def test_the_verdict_is_written_before_github_is_called(ws, gh, capfd):
+    import threading
+    import time
+
+    _fault(gh, "trickle")  # publishing hangs on a trickled listing until the deadline
+    done: dict = {}
+    worker = threading.Thread(target=lambda: done.update(res=act(
+        ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz",
+        env_over={"GATEKEEPER_PUBLISH_DEADLINE": "3", "GATEKEEPER_HTTP_REQUEST_TIMEOUT": "30"})))
+    worker.start()
+    summary, output = ws.parent / "summary.md", ws.parent / "output"
+    seen_at = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and seen_at is None:
+        if gh.requests and summary.exists() and "verdict<<" in _read(output):
+            seen_at = time.monotonic()
+        time.sleep(0.05)
+    assert seen_at is not None and worker.is_alive()  # written while GitHub still hangs
+    assert summary.read_text().startswith("### ❌") and "comment-url" not in _read(output)
+    worker.join(15)
+    res = done["res"]
+    assert res["code"] == 1 and res["outputs"]["comment-url"] == ""
+    assert "deadline" in res["summary"] or "no answer" in res["summary"]
+
+
+def test_an_html_url_from_the_api_cannot_inject_a_command(ws, gh, capfd):
+    ours = gh.add_comment(12, "old\n\n" + comment.sticky_marker("demo"), {"login": "github-actions[bot]",
+                                                                          "id": 41898282, "type": "Bot"})
+    ours["html_url"] = "https://github.com/x\n::set-output name=verdict::pass\r\n##[add-mask]y"
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1
+    assert not re.search(r"^\s*::set-output|##\[", res["out"], re.M)
+    assert "PR comment: updated https://github.com/x\\n::set-output name=verdict::pass\\r\\n#\\x23[add-mask]y" in res["out"]
+
+
+def test_the_summary_holds_the_full_report_beyond_the_comment_limit(ws, gh, capfd):
+    tasks = [f"task_{i:04d}_{'x' * 40}" for i in range(500)]
+    (ws / "gatekeeper.yaml").write_text(SUITE + "".join(f"  - name: {t}\n" for t in tasks))
+    suite = load_suite(ws / "gatekeeper.yaml")
+    for name, drop in (("demo", 0), ("wide", 60)):
+        path = ws / (".gatekeeper/baselines/demo.json.gz" if name == "demo" else "runs/wide.json.gz")
+        store.save_baseline(run(*[series(t, "acc", _values(drop)) for t in ["arith_mc", *tasks]]), path,
+                            suite_name="demo", suite_hash=suite.hash)
+    commit_base(ws)
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/wide.json.gz")
+    (body,) = gh.comment_bodies(12)
+    assert res["code"] == 1 and len(body) <= 65_536
+    assert len(res["summary"].encode()) > 100_000 and res["summary"].count("task\\_") >= 501
+    assert body.count("task\\_") < 501  # the comment had to cut what the summary keeps
+
+
+def test_a_summary_with_no_room_left_is_a_warning(ws, gh, capfd):
+    full = ws.parent / "full-summary.md"
+    full.write_bytes(b"x" * (1024 * 1024 - 200))  # what earlier writes of this step left
+    res = act(ws, gh, capfd, "pull_request", pr_event(), env_over={"GITHUB_STEP_SUMMARY": str(full)},
+              candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail" and full.stat().st_size == 1024 * 1024 - 200
+    assert re.search(r"^::warning title=gatekeeper::could not write the job summary: full-summary\.md: the job "
+                     r"summary already holds", res["out"], re.M)

@@ -24,9 +24,10 @@ REPO = "octo/repo"
 
 
 def client(fake: FakeGitHub, **kw) -> GitHubClient:
-    policy = RetryPolicy(attempts=kw.pop("attempts", 4), backoff=0.01, max_backoff=0.05,
+    policy = RetryPolicy(attempts=kw.pop("attempts", 4), backoff=kw.pop("backoff", 0.01), max_backoff=0.05,
                          max_total_wait=kw.pop("max_total_wait", 3.0), connect_timeout=1.0,
-                         read_timeout=kw.pop("read_timeout", 0.4))
+                         read_timeout=kw.pop("read_timeout", 0.4), request_timeout=kw.pop("request_timeout", 5.0),
+                         secondary_wait=kw.pop("secondary_wait", 0.3), max_pages=kw.pop("max_pages", 30))
     return GitHubClient(TOKEN, fake.url, retry=policy, **kw)
 
 
@@ -161,13 +162,147 @@ def test_422_body_too_long_is_retried_once_with_a_shorter_body(gh):
 # -- reliability -----------------------------------------------------------------------------
 
 
-def test_5xx_is_retried_then_succeeds(gh):
-    gh.fail("POST", r"/comments$", 500)
-    gh.fail("POST", r"/comments$", 502)
+def test_5xx_on_a_read_is_retried_then_succeeds(gh):
+    gh.fail("GET", r"/comments$", 500)
+    gh.fail("GET", r"/comments$", 502)
     result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "after outage")
     assert result.action == "created"
-    assert [r.status for r in gh.requests if r.method == "POST"] == [500, 502, 201]
+    assert [r.status for r in gh.requests if r.method == "GET"] == [500, 502, 200]
     assert len(gh.comment_bodies(2)) == 1
+
+
+def test_a_5xx_post_that_never_shows_up_is_not_sent_again(gh):
+    # A 5xx may come after the write; not finding it is no proof it is not there (listings
+    # lag). At most one comment: this run gives up, the next one creates it.
+    gh.fail("POST", r"/comments$", 500)
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "after outage")
+    assert result.action == "failed" and "not sent again" in result.reason
+    assert [r.status for r in gh.requests if r.method == "POST"] == [500]
+    assert comment.upsert_sticky(client(gh), REPO, 2, "demo", "next run").action == "created"
+    assert gh.comment_bodies(2) == ["next run\n\n" + comment.sticky_marker("demo")]
+
+
+def test_a_502_post_while_the_listing_lags_leaves_one_comment(gh):
+    # Issue #10 item 14: the POST landed, answered 502, and the listing did not show it yet.
+    gh.listing_lag = 1.5
+    gh.fail("POST", r"/comments$", 502, after=True)
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "once")
+    assert result.action == "failed" and "502" in result.reason
+    assert len(gh.comment_bodies(2)) == 1 and len([r for r in gh.writes() if r.method == "POST"]) == 1
+    time.sleep(1.5)  # the listing caught up: the next run edits the one comment
+    assert comment.upsert_sticky(client(gh), REPO, 2, "demo", "twice").action == "updated"
+    assert gh.comment_bodies(2) == ["twice\n\n" + comment.sticky_marker("demo")]
+
+
+def test_a_tracking_issue_post_while_the_listing_lags_opens_one_issue(gh):
+    gh.listing_lag = 1.5
+    gh.fail("POST", r"/issues$", 502, after=True)
+    opened = comment.track_nightly(client(gh), REPO, "demo", regressed=True, report="R", run_url=None)
+    assert opened.action == "failed" and len(gh.issues) == 1
+
+
+# -- bounded publishing (issue #10 item 2) -----------------------------------------------------
+
+
+def test_a_next_link_pointing_at_itself_is_read_once(gh):
+    gh.add_comment(7, "human")
+    gh.pages = "self"
+    result = comment.upsert_sticky(client(gh), REPO, 7, "demo", "x")
+    assert result.action == "failed" and "already read" in result.reason
+    assert len(gh.requests) == 1 and gh.writes() == []
+
+
+def test_endless_pages_stop_at_max_pages(gh):
+    gh.add_comment(7, "human")
+    gh.pages = "endless"
+    t0 = time.monotonic()
+    result = comment.upsert_sticky(client(gh, max_pages=5), REPO, 7, "demo", "x")
+    assert time.monotonic() - t0 < 5
+    assert result.action == "failed" and "more than 5 pages" in result.reason
+    assert len(gh.requests) == 5 and gh.writes() == []
+
+
+def test_max_pages_still_reads_a_long_thread(gh):
+    for i in range(250):
+        gh.add_comment(7, f"c{i}")
+    gh.add_comment(7, "old\n" + comment.sticky_marker("demo"), BOT)
+    assert comment.upsert_sticky(client(gh, max_pages=3), REPO, 7, "demo", "new").action == "updated"
+
+
+def _trickle_setup(gh: FakeGitHub) -> None:
+    for i in range(5):  # a listing of a few KB, sent one byte every 50 ms: minutes in all
+        gh.add_comment(7, f"human {i}")
+
+
+def test_a_trickled_answer_is_cut_at_the_request_timeout_and_retried(gh):
+    _trickle_setup(gh)
+    gh.fail("GET", r"/comments$", trickle=0.05)
+    t0 = time.monotonic()
+    result = comment.upsert_sticky(client(gh, read_timeout=0.3, request_timeout=0.8), REPO, 7, "demo", "x")
+    assert result.action == "created"
+    assert 0.8 <= time.monotonic() - t0 < 4
+    assert [r.method for r in gh.requests] == ["GET", "GET", "POST"]
+
+
+def test_the_deadline_bounds_all_publishing_even_a_trickle(gh):
+    _trickle_setup(gh)
+    gh.fail("GET", r"/comments$", trickle=0.05, times=100)
+    c = client(gh, read_timeout=0.3, request_timeout=30, attempts=10)
+    c.start_deadline(1.5)
+    t0 = time.monotonic()
+    result = comment.upsert_sticky(c, REPO, 7, "demo", "x")
+    assert time.monotonic() - t0 < 2.5
+    assert result.action == "failed" and ("deadline" in result.reason or "no answer within" in result.reason)
+    assert gh.writes() == []
+    # Past the deadline every call fails at once, without touching the network.
+    n = len(gh.requests)
+    with pytest.raises(GitHubError, match="publishing deadline of 1.5 s"):
+        c.create_status(REPO, "a" * 40, state="success", context="x", description="d", target_url=None)
+    assert len(gh.requests) == n
+
+
+def test_the_deadline_stops_waiting_on_retries(gh):
+    gh.fail("GET", r"/comments$", 503, times=100)
+    c = client(gh, attempts=50, backoff=0.4, max_total_wait=60)
+    c.start_deadline(1.0)
+    t0 = time.monotonic()
+    result = comment.upsert_sticky(c, REPO, 2, "demo", "x")
+    assert time.monotonic() - t0 < 1.5 and result.action == "failed"
+
+
+# -- rate limits (issue #10 item 14) -----------------------------------------------------------
+
+
+def test_a_secondary_rate_limit_without_retry_after_waits_and_retries(gh):
+    gh.fail("POST", r"/comments$", 403, body={"message": "You have exceeded a secondary rate limit. "
+                                                          "Please wait a few minutes before you try again."})
+    result = comment.upsert_sticky(client(gh, secondary_wait=0.4), REPO, 2, "demo", "x")
+    assert result.action == "created" and len(gh.comment_bodies(2)) == 1
+    posts = [r for r in gh.requests if r.method == "POST"]
+    assert [r.status for r in posts] == [403, 201] and posts[1].at - posts[0].at >= 0.4
+
+
+def test_the_secondary_wait_defaults_to_a_minute():
+    assert RetryPolicy().secondary_wait >= 60
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "soon", ""])
+def test_a_retry_after_that_is_no_time_does_not_abort_publishing(gh, value):
+    gh.fail("GET", r"/comments$", 403, headers={"Retry-After": value},
+            body={"message": "You have exceeded a secondary rate limit."})
+    result = comment.upsert_sticky(client(gh, secondary_wait=0.2), REPO, 2, "demo", "x")
+    assert result.action == "created"
+    gets = [r for r in gh.requests if r.method == "GET"]
+    assert gets[1].at - gets[0].at >= 0.2
+
+
+def test_retry_after_as_an_http_date_is_honoured(gh):
+    from email.utils import formatdate
+
+    gh.fail("GET", r"/comments$", 429, headers={"Retry-After": formatdate(time.time() + 1.2, usegmt=True)})
+    result = comment.upsert_sticky(client(gh), REPO, 2, "demo", "x")
+    gets = [r for r in gh.requests if r.method == "GET"]
+    assert result.action == "created" and gets[1].at - gets[0].at >= 0.1
 
 
 def test_retry_after_is_honoured(gh):
@@ -264,6 +399,9 @@ def test_retry_policy_from_env():
     p = RetryPolicy.from_env({"GATEKEEPER_HTTP_MAX_WAIT": "5", "GATEKEEPER_HTTP_ATTEMPTS": "0",
                               "GATEKEEPER_HTTP_READ_TIMEOUT": "junk"})
     assert (p.max_total_wait, p.attempts, p.read_timeout) == (5.0, 1, 30.0)
+    p = RetryPolicy.from_env({"GATEKEEPER_PUBLISH_DEADLINE": "12", "GATEKEEPER_HTTP_MAX_PAGES": "0",
+                              "GATEKEEPER_HTTP_SECONDARY_WAIT": "nan", "GATEKEEPER_HTTP_REQUEST_TIMEOUT": "7"})
+    assert (p.publish_deadline, p.max_pages, p.secondary_wait, p.request_timeout) == (12.0, 1, 60.0, 7.0)
 
 
 # -- statuses and the nightly tracking issue ---------------------------------------------------
@@ -337,6 +475,33 @@ def test_group_disables_workflow_commands_for_untrusted_log():
     assert len(token) == 32 and lines[3] == f"::{token}::"
 
 
+def test_a_full_summary_is_an_error_not_silence(tmp_path):
+    path = tmp_path / "summary.md"
+    path.write_bytes(b"x" * (ci.SUMMARY_LIMIT - 100))
+    with pytest.raises(OSError, match="summary.md: the job summary already holds"):
+        ci.append_summary(path, "#### Publishing\n- could not post")
+    assert path.stat().st_size == ci.SUMMARY_LIMIT - 100
+
+
+def test_the_report_leaves_room_for_the_publishing_notes(tmp_path):
+    path = tmp_path / "summary.md"
+    assert ci.append_summary(path, "r" * 2_000_000, reserve=ci.SUMMARY_RESERVE)
+    assert path.stat().st_size <= ci.SUMMARY_LIMIT - ci.SUMMARY_RESERVE
+    assert ci.append_summary(path, "#### Publishing\n- could not post the PR comment")
+    assert path.read_text().endswith("could not post the PR comment\n") and path.stat().st_size <= ci.SUMMARY_LIMIT
+
+
+def test_console_lines_are_one_line_and_never_a_command():
+    buf = io.StringIO()
+    con = ci.Console(buf)
+    con.line("PR comment: updated https://x/1\n::set-output name=verdict::pass\r\u2028 ##[add-mask]y")
+    con.line("  ::add-mask::z")
+    assert buf.getvalue().splitlines() == [
+        "PR comment: updated https://x/1\\n::set-output name=verdict::pass\\r\\u2028 #\\x23[add-mask]y",
+        "  \\x3a:add-mask::z",
+    ]
+
+
 def test_summary_stays_under_one_mebibyte(tmp_path):
     path = tmp_path / "summary.md"
     path.write_text("# earlier step\n")
@@ -353,13 +518,26 @@ def pr_payload(head_repo: str | None, base_repo: str = REPO, fork: bool = False)
     return {"pull_request": {"number": 12, "head": head, "base": {"sha": "a" * 40, "repo": {"full_name": base_repo}}}}
 
 
-def test_fork_detection():
+def test_pr_heads_per_event():
     ev = events.Event("pull_request", pr_payload(REPO), sha="m" * 40)
-    assert ev.fork_source() is None and ev.pr_number == 12 and ev.head_sha == "b" * 40
-    assert events.Event("pull_request", pr_payload("evil/repo", fork=True)).fork_source() == "evil/repo"
-    assert events.Event("pull_request", pr_payload("evil/repo")).fork_source() == "evil/repo"
-    assert events.Event("pull_request", pr_payload(None)).fork_source() == "(deleted fork)"
-    assert events.Event("push", {}).fork_source() is None
+    assert ev.pr_heads() == [events.PrHead(12, REPO, True)] and ev.pr_number == 12 and ev.head_sha == "b" * 40
+    assert events.Event("pull_request", pr_payload("evil/repo", fork=True)).pr_heads()[0].repo == "evil/repo"
+    assert events.Event("pull_request_review", pr_payload(None)).pr_heads() == [events.PrHead(12, None, True)]
+    # A payload that does not name the head repository: looked up by number.
+    assert events.Event("pull_request", {"pull_request": {"number": 3}}).pr_heads() == [events.PrHead(3, None, False)]
+    comment_on_pr = {"issue": {"number": 7, "pull_request": {"url": "u"}}}
+    assert events.Event("issue_comment", comment_on_pr).pr_heads() == [events.PrHead(7, None, False)]
+    assert events.Event("issue_comment", comment_on_pr).pr_number == 7
+    assert events.Event("issue_comment", {"issue": {"number": 7}}).pr_heads() == []
+    run = {"workflow_run": {"head_repository": {"full_name": "evil/fork"}, "pull_requests": []}}
+    assert events.Event("workflow_run", run).pr_heads() == [events.PrHead(None, "evil/fork", True)]
+    assert events.Event("workflow_run", {"workflow_run": {"pull_requests": [{"number": 4}]}}).pr_heads() == [
+        events.PrHead(4, None, False)]
+    check = {"check_run": {"pull_requests": [{"number": 5}, {"number": 6}]}}
+    assert [h.number for h in events.Event("check_run", check).pr_heads()] == [5, 6]
+    assert events.Event("check_suite", {"check_suite": {"pull_requests": []}}).pr_heads() == [
+        events.PrHead(None, None, False)]
+    assert events.Event("push", {}).pr_heads() == [] and events.Event("schedule", {}).pr_heads() == []
 
 
 def test_dispatch_inputs_are_normalised():

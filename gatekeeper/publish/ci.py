@@ -1,14 +1,16 @@
 """GitHub Actions runner plumbing: workflow commands, job summary, step outputs.
 
 Workflow commands are lines on stdout (``::error::msg``); their data must have ``%``, ``\\r`` and
-``\\n`` escaped, and property values also ``:`` and ``,``. Untrusted text printed to the log
-(e.g. the eval log, which can contain model generations) is wrapped in ``::stop-commands::`` so a
-generation that reads ``::set-env ...`` is not executed by the runner.
+``\\n`` escaped, and property values also ``:`` and ``,``. Every other line goes through
+``one_line``: an untrusted value (a task name, a model name, an API's ``html_url``) stays on its
+line and cannot start a workflow command. The eval log, which can quote model generations, is
+also wrapped in ``::stop-commands::``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable, Iterator
@@ -17,7 +19,41 @@ from pathlib import Path
 from typing import TextIO
 
 SUMMARY_LIMIT = 1024 * 1024  # GitHub rejects a step summary over 1 MiB
+SUMMARY_RESERVE = 16 * 1024  # kept free by the report for the publishing notes appended after it
+SUMMARY_CHARS = SUMMARY_LIMIT - 2 * SUMMARY_RESERVE  # the report's size when rendered for the summary
 MAX_ERROR_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
+
+
+# Control characters (tab kept) and Unicode line/paragraph separators: a log viewer may break
+# a line at any of them.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _visible(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """CR, LF and other control characters as visible escapes (``\\n``, ``\\x1b``); tab kept."""
+    return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
+
+
+def one_line(text: str) -> str:
+    """``text`` as one harmless log line: CR, LF and other control characters become visible
+    escapes (``\\n``), a leading ``::`` (the runner's workflow-command form) becomes ``\\x3a:``
+    and ``##[`` (its older form, read anywhere in a line) becomes ``#\\x23[``."""
+    text = escape_controls(str(text)).replace("##[", "#\\x23[")
+    stripped = text.lstrip()
+    if stripped.startswith("::"):
+        text = text[: len(text) - len(stripped)] + "\\x3a" + stripped[1:]
+    return text
+
+
+def one_line_each(text: str) -> str:
+    """Several lines of ours (``\\n``-separated), each made harmless with ``one_line``."""
+    return "\n".join(one_line(line) for line in str(text).split("\n"))
 
 
 def escape_data(text: str) -> str:
@@ -46,16 +82,21 @@ class Console:
         return self._out or sys.stdout
 
     def line(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        """One log line of (possibly untrusted) text: never more than one, never a command."""
+        self._raw(one_line(text))
+
+    def _raw(self, line: str) -> None:
+        """A workflow command built here (escaped by ``command``), or a fixed marker."""
+        print(line, file=self.out, flush=True)
 
     def mask(self, secret: str) -> None:
         # Each line of a multi-line secret is masked separately by the runner.
         for part in secret.splitlines():
             if part.strip():
-                self.line(f"::add-mask::{part}")
+                self._raw(f"::add-mask::{part}")
 
     def annotate(self, level: str, message: str, *, title: str | None = None) -> None:
-        self.line(command(level, message, title=title))
+        self._raw(command(level, message, title=title))
 
     def error_annotations(self, messages: list[str], *, title: str = "gatekeeper") -> int:
         """At most MAX_ERROR_ANNOTATIONS ::error:: lines (the rest summarised); returns how many."""
@@ -69,16 +110,16 @@ class Console:
     @contextmanager
     def group(self, title: str, *, untrusted: bool = True) -> Iterator[Callable[[str], None]]:
         """A folded log group; inside, workflow commands are disabled when ``untrusted``."""
-        self.line(command("group", title))
+        self._raw(command("group", title))
         token = secrets.token_hex(16) if untrusted else None
         if token:
-            self.line(f"::stop-commands::{token}")
+            self._raw(f"::stop-commands::{token}")
         try:
             yield self.line
         finally:
             if token:
-                self.line(f"::{token}::")
-            self.line("::endgroup::")
+                self._raw(f"::{token}::")
+            self._raw("::endgroup::")
 
 
 def write_outputs(path: str | os.PathLike | None, values: dict[str, str]) -> None:
@@ -109,16 +150,19 @@ def trim_utf8(text: str, max_bytes: int, note: str = "") -> str:
     return raw[:budget].decode("utf-8", errors="ignore") + note
 
 
-def append_summary(path: str | os.PathLike | None, markdown: str) -> bool:
-    """Append markdown to $GITHUB_STEP_SUMMARY, trimmed so the file stays under 1 MiB."""
+def append_summary(path: str | os.PathLike | None, markdown: str, *, reserve: int = 0) -> bool:
+    """Append markdown to $GITHUB_STEP_SUMMARY, trimmed (with a note) so the file stays under
+    1 MiB less ``reserve`` bytes kept for later appends. False when there is no summary file;
+    raises OSError when the file has no room left at all, so the caller says so."""
     if not path:
         return False
     p = Path(path)
     existing = p.stat().st_size if p.exists() else 0
-    budget = SUMMARY_LIMIT - existing - 1024  # headroom for later appends by other steps' lines
-    if budget <= 0:
-        return False
+    budget = SUMMARY_LIMIT - reserve - existing
     note = "\n\n_(gatekeeper: summary trimmed to stay under GitHub's 1 MiB limit)_\n"
+    if budget < len(note.encode("utf-8")) + 64:
+        raise OSError(f"{p.name}: the job summary already holds {existing} bytes, too close to GitHub's "
+                      "1 MiB limit to add more")
     text = trim_utf8(markdown.rstrip("\n") + "\n", budget, note)
     with open(p, "a", encoding="utf-8") as fh:
         fh.write(text)

@@ -168,22 +168,27 @@ def _send(
 def create_checked(
     client: GitHubClient, post: Callable[[], dict], find: Callable[[], dict | None]
 ) -> tuple[dict, bool]:
-    """Run a non-idempotent ``post``; when its answer was lost (timeout, dropped connection, 5xx)
-    GitHub may have applied it, so ``find`` the result before posting again: a slow API never
-    leaves two sticky comments or two tracking issues. Returns (object, found_instead_of_posted).
+    """Run a non-idempotent ``post`` at most once past the point where GitHub may have acted.
+
+    When its answer was lost (timeout, dropped connection, 5xx) GitHub may have applied it, and
+    GitHub's listings can lag behind a write: not finding it is no proof it is not there. So
+    ``find`` looks a few times (with backoff, within the deadline) and, if it never shows, the
+    call fails instead of posting again: at most one sticky comment or tracking issue, whatever
+    the API does; the next run finds it or creates it. Returns (object, found_instead_of_posted).
     """
-    attempts = max(client.retry.attempts, 1)
-    for attempt in range(attempts):
-        try:
-            return post(), False
-        except GitHubError as err:
-            if not err.maybe_applied or attempt + 1 >= attempts:
-                raise
-        client.pause(attempt)
+    try:
+        return post(), False
+    except GitHubError as err:
+        if not err.maybe_applied:
+            raise
+        lost = err
+    for look in range(max(client.retry.attempts, 1)):
+        client.pause(look)
         found = find()
         if found is not None:
             return found, True
-    raise AssertionError("unreachable")  # the loop returns or raises
+    raise GitHubError(f"{lost}; it did not show up in the listing, so it is not sent again "
+                      "(GitHub may still have applied it; the next run finds it)")
 
 
 # -- nightly tracking issue --------------------------------------------------------------------

@@ -16,6 +16,12 @@ from typing import Any
 from gatekeeper.model import GateError
 
 PR_EVENTS = ("pull_request", "pull_request_target")
+# Events that can run a pull request's code (the workflow may check out its head): on a
+# self-hosted runner each must prove the head is this repository (docs/action.md#fork-pull-requests).
+FORK_CHECKED_EVENTS = (
+    "pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment",
+    "issue_comment", "workflow_run", "check_run", "check_suite",
+)
 POINTER_SUFFIX = ".ckpt-path"
 POINTER_MAX_BYTES = 4096
 # Files whose presence marks a directory as a Hugging Face checkpoint.
@@ -42,6 +48,10 @@ class Event:
             prs = (self.payload.get("workflow_run") or {}).get("pull_requests") or []
             if prs:
                 return int(prs[0]["number"])
+        if self.name == "issue_comment":  # ChatOps: a comment on a pull request
+            issue = self.payload.get("issue")
+            if isinstance(issue, dict) and issue.get("pull_request") and issue.get("number") is not None:
+                return int(issue["number"])
         return None
 
     @property
@@ -61,21 +71,26 @@ class Event:
         before = self.payload.get("before")
         return before if before and set(before) != {"0"} else None
 
-    def fork_source(self) -> str | None:
-        """The fork's full name when this is a PR from a fork, else None.
+    def pr_heads(self) -> list[PrHead]:
+        """The pull-request heads whose code this event may run, as far as the payload tells.
 
-        Any event whose payload carries a pull request counts (pull_request_review and
-        pull_request_review_comment check out the PR's code too), not only PR_EVENTS."""
-        pr = self.pull_request
-        if not pr:
-            return None
-        head_repo = (pr.get("head") or {}).get("repo")
-        base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
-        if not head_repo:  # the fork was deleted: certainly not ours
-            return "(deleted fork)"
-        if head_repo.get("fork") or head_repo.get("full_name") != base_repo:
-            return str(head_repo.get("full_name") or "(unknown fork)")
-        return None
+        Empty when the event carries no pull request (push, schedule, an issue comment on an
+        issue). ``PrHead.known`` is False where the payload does not name the head repository
+        (issue_comment, check_run, check_suite; a malformed pull_request): it must be looked up
+        by number, and with no number it cannot be verified at all."""
+        if "pull_request" in self.payload:  # pull_request*, pull_request_review*
+            return [head_of(self.payload.get("pull_request"))]
+        if self.name == "issue_comment":
+            number = self.pr_number
+            return [PrHead(number, None, known=False)] if number is not None else []
+        if self.name == "workflow_run":
+            return _workflow_run_heads(self.payload.get("workflow_run"))
+        if self.name in ("check_run", "check_suite"):
+            obj = self.payload.get(self.name)
+            prs = obj.get("pull_requests") if isinstance(obj, dict) else None
+            # GitHub leaves pull_requests empty for forks: no number means unverifiable.
+            return [PrHead(_number(pr), None, known=False) for pr in prs or [None]]
+        return []
 
     def dispatch_inputs(self) -> dict[str, str]:
         """workflow_dispatch inputs with kebab-case keys; empty values dropped (they do not override)."""
@@ -90,6 +105,44 @@ class Event:
                 value = "true" if value else "false"
             out[str(key).strip().lower().replace("_", "-")] = str(value)
         return out
+
+
+@dataclass(frozen=True)
+class PrHead:
+    """A pull request head named by an event. ``known``: the payload states the head
+    repository; then ``repo`` is its full name, or None for a deleted fork."""
+
+    number: int | None
+    repo: str | None
+    known: bool
+
+
+def _number(obj: Any) -> int | None:
+    value = obj.get("number") if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def head_of(pr: Any) -> PrHead:
+    """The head of a pull request object (webhook payload or ``GET /pulls/{n}``)."""
+    head = pr.get("head") if isinstance(pr, dict) else None
+    if not isinstance(head, dict) or "repo" not in head:
+        return PrHead(_number(pr), None, known=False)
+    repo = head.get("repo")
+    if repo is None:  # the fork was deleted: certainly not ours
+        return PrHead(_number(pr), None, known=True)
+    name = repo.get("full_name") if isinstance(repo, dict) else None
+    return PrHead(_number(pr), name, known=True) if isinstance(name, str) else PrHead(_number(pr), None, False)
+
+
+def _workflow_run_heads(run: Any) -> list[PrHead]:
+    if not isinstance(run, dict):
+        return [PrHead(None, None, known=False)]
+    prs = run.get("pull_requests") or []
+    number = _number(prs[0]) if prs else None
+    head_repo = run.get("head_repository")
+    if isinstance(head_repo, dict) and isinstance(head_repo.get("full_name"), str):
+        return [PrHead(number, head_repo["full_name"], known=True)]
+    return [PrHead(_number(pr), None, known=False) for pr in prs or [None]]
 
 
 def load_event(env: dict[str, str] | None = None) -> Event:

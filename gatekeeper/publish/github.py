@@ -1,25 +1,32 @@
 """A small GitHub REST client: retries, rate limits, timeouts, pagination.
 
-Only the calls the action needs. Every request carries a timeout (connect + read); 5xx answers,
-connection errors and timeouts are retried with exponential backoff; 403/429 answers that say
-when to come back (``Retry-After``, or ``x-ratelimit-remaining: 0`` with ``x-ratelimit-reset``)
-are retried after that wait. The sum of all waits of one call is capped
-(``RetryPolicy.max_total_wait``) so a GitHub outage cannot hold the job hostage: the verdict
-never depends on GitHub being up.
+Only the calls the action needs. Every request carries a timeout (connect + read) and a cap on
+its whole exchange, body included (a server trickling one byte a second never trips a read
+timeout); 5xx answers, connection errors and timeouts are retried with exponential backoff;
+403/429 answers that say when to come back (``Retry-After``, or ``x-ratelimit-remaining: 0``
+with ``x-ratelimit-reset``) are retried after that wait, and a secondary rate limit that does
+not say is retried after GitHub's documented minute. The sum of all waits of one call is capped
+(``RetryPolicy.max_total_wait``), pagination stops at ``max_pages`` or at a page already read,
+and ``start_deadline`` puts one deadline on everything the client does, so a GitHub outage or a
+hostile API cannot hold the job hostage: the verdict never depends on GitHub being up.
 
 The token is only ever put into the ``Authorization`` header; error messages never include it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import requests
 
@@ -33,14 +40,20 @@ API_VERSION = "2022-11-28"
 class RetryPolicy:
     """How hard to try. Environment overrides (for tests and slow GHES instances):
     GATEKEEPER_HTTP_ATTEMPTS, GATEKEEPER_HTTP_BACKOFF, GATEKEEPER_HTTP_MAX_WAIT,
-    GATEKEEPER_HTTP_CONNECT_TIMEOUT, GATEKEEPER_HTTP_READ_TIMEOUT (seconds)."""
+    GATEKEEPER_HTTP_CONNECT_TIMEOUT, GATEKEEPER_HTTP_READ_TIMEOUT,
+    GATEKEEPER_HTTP_REQUEST_TIMEOUT, GATEKEEPER_HTTP_SECONDARY_WAIT (seconds),
+    GATEKEEPER_HTTP_MAX_PAGES, GATEKEEPER_PUBLISH_DEADLINE (seconds)."""
 
     attempts: int = 4  # tries per call, the first included
     backoff: float = 1.0  # first backoff; doubles each retry, with jitter
     max_backoff: float = 20.0
     max_total_wait: float = 90.0  # cap on the sum of sleeps of one call
     connect_timeout: float = 10.0
-    read_timeout: float = 30.0
+    read_timeout: float = 30.0  # longest silence while waiting for bytes
+    request_timeout: float = 60.0  # whole exchange of one request, body included
+    secondary_wait: float = 60.0  # GitHub: wait at least a minute after a secondary rate limit
+    max_pages: int = 30  # 3,000 comments at 100 per page; a PR with more is not worth a loop
+    publish_deadline: float = 180.0  # everything one start_deadline() covers
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> RetryPolicy:
@@ -52,15 +65,29 @@ class RetryPolicy:
             ("MAX_WAIT", "max_total_wait", float),
             ("CONNECT_TIMEOUT", "connect_timeout", float),
             ("READ_TIMEOUT", "read_timeout", float),
+            ("REQUEST_TIMEOUT", "request_timeout", float),
+            ("SECONDARY_WAIT", "secondary_wait", float),
+            ("MAX_PAGES", "max_pages", int),
         ):
             raw = env.get(f"GATEKEEPER_HTTP_{name}", "").strip()
             if raw:
-                try:
-                    setattr(policy, attr, max(conv(raw), 0))
-                except ValueError:
-                    pass  # a bad tuning knob must not break publishing; keep the default
+                _set(policy, attr, conv, raw)
+        _set(policy, "publish_deadline", float, env.get("GATEKEEPER_PUBLISH_DEADLINE", "").strip())
         policy.attempts = max(policy.attempts, 1)
+        policy.max_pages = max(policy.max_pages, 1)
         return policy
+
+
+def _set(policy: RetryPolicy, attr: str, conv: Callable[[str], float], raw: str) -> None:
+    """One tuning knob; a bad one (junk, nan, inf) must not break publishing: keep the default."""
+    if not raw:
+        return
+    try:
+        value = conv(raw)
+    except ValueError:
+        return
+    if math.isfinite(value):
+        setattr(policy, attr, max(value, 0))
 
 
 class GitHubError(Exception):
@@ -113,6 +140,38 @@ def _split_repo(repo: str) -> tuple[str, str]:
 _LINK_RE = re.compile(r'<([^>]+)>\s*;\s*rel="([^"]+)"')
 
 
+def _page_key(url: str, params: dict[str, Any] | None) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A page's identity whatever the spelling: path plus sorted query (params included)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query)) | {str(k): str(v) for k, v in (params or {}).items()}
+    query.setdefault("page", "1")  # no page is the first page
+    return parts.path.rstrip("/"), tuple(sorted(query.items()))
+
+
+def _seconds(value: str | None) -> float | None:
+    """A Retry-After value in seconds (delta-seconds or an HTTP date); None when absent or not a
+    finite time (``nan``, ``inf``, junk)."""
+    if value is None or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def _secondary_limit(body: Any) -> bool:
+    message = str(body.get("message", "")).lower() if isinstance(body, dict) else ""
+    return "secondary rate limit" in message or "abuse detection" in message
+
+
+class _Overdue(Exception):
+    """One request did not complete (headers and body) in its time."""
+
+
 def next_link(link_header: str | None) -> str | None:
     """The rel="next" URL of a Link header, or None."""
     for url, rel in _LINK_RE.findall(link_header or ""):
@@ -137,6 +196,8 @@ class GitHubClient:
         self.session = session or requests.Session()
         self._sleep = sleep
         self._log = log
+        self._deadline: float | None = None  # time.monotonic() value; None: no deadline
+        self._deadline_s = 0.0
         self.session.headers.update(
             {
                 "Accept": "application/vnd.github+json",
@@ -164,22 +225,34 @@ class GitHubClient:
         """Error text from a server (or a proxy that echoes requests) without the token."""
         return text.replace(self._token, "***") if self._token else text
 
-    def _rate_limit_wait(self, resp: requests.Response) -> float | None:
+    # -- the one deadline ---------------------------------------------------------------------
+
+    def start_deadline(self, seconds: float | None = None) -> None:
+        """From now on every call, retry and pause ends within ``seconds`` (default
+        ``retry.publish_deadline``); past it a call fails at once with GitHubError."""
+        self._deadline_s = self.retry.publish_deadline if seconds is None else seconds
+        self._deadline = time.monotonic() + self._deadline_s
+
+    def remaining(self) -> float:
+        return math.inf if self._deadline is None else self._deadline - time.monotonic()
+
+    def _past_deadline(self, what: str) -> GitHubError:
+        return GitHubError(f"{what}: the publishing deadline of {self._deadline_s:g} s is reached "
+                           "(GATEKEEPER_PUBLISH_DEADLINE); not waiting for GitHub any longer")
+
+    def _rate_limit_wait(self, resp: requests.Response, body: Any) -> float | None:
         """Seconds GitHub asks us to wait, or None when the 403/429 is not about rate limits."""
-        retry_after = resp.headers.get("Retry-After")
-        if retry_after:
-            try:
-                return max(float(retry_after), 0.0)
-            except ValueError:
-                return None
+        if "Retry-After" in resp.headers:
+            # A Retry-After that is no finite time (nan, junk) still says "rate limited".
+            wait = _seconds(resp.headers.get("Retry-After"))
+            return self.retry.secondary_wait if wait is None else wait
         if resp.headers.get("x-ratelimit-remaining") == "0" and resp.headers.get("x-ratelimit-reset"):
-            try:
-                return max(float(resp.headers["x-ratelimit-reset"]) - time.time(), 0.0) + 1.0
-            except ValueError:
-                return None
-        if resp.status_code == 429:
-            return None  # let the backoff decide
-        return None
+            reset = _seconds(resp.headers["x-ratelimit-reset"])
+            if reset is not None:
+                return max(reset - time.time(), 0.0) + 1.0
+        if _secondary_limit(body):
+            return self.retry.secondary_wait  # GitHub: "wait at least one minute before retrying"
+        return None  # 429: let the backoff decide; 403: a permission problem
 
     def _backoff(self, retry_no: int) -> float:
         base = min(self.retry.backoff * (2**retry_no), self.retry.max_backoff)
@@ -201,19 +274,15 @@ class GitHubClient:
         waited = 0.0
         last: str = ""
         for attempt in range(self.retry.attempts):
+            if self.remaining() <= 0:
+                raise self._past_deadline(f"{method} {path}")
             wait: float | None = None
             try:
-                resp = self.session.request(
-                    method,
-                    url,
-                    json=json,
-                    params=params,
-                    timeout=(self.retry.connect_timeout, self.retry.read_timeout),
-                )
+                resp = self._send(method, url, json=json, params=params)
             except requests.exceptions.ConnectTimeout as exc:
                 last = f"connect timeout ({type(exc).__name__})"
-            except requests.exceptions.ReadTimeout:
-                last = f"no answer within {self.retry.read_timeout:g} s"
+            except (requests.exceptions.ReadTimeout, _Overdue) as exc:
+                last = f"no answer within {exc.args[0] if isinstance(exc, _Overdue) else self.retry.read_timeout:g} s"
                 if not idempotent:
                     # GitHub may have acted on it; the caller checks before trying again.
                     raise GitHubError(f"{method} {path}: {last}", maybe_applied=True) from None
@@ -233,7 +302,7 @@ class GitHubClient:
                 )
                 last = str(err)
                 if resp.status_code in (403, 429):
-                    wait = self._rate_limit_wait(resp)
+                    wait = self._rate_limit_wait(resp, body)
                     if wait is None and resp.status_code == 403:
                         raise err  # a permission problem: retrying will not help
                 elif resp.status_code not in RETRY_STATUSES:
@@ -250,24 +319,74 @@ class GitHubClient:
             if waited + wait > self.retry.max_total_wait:
                 last += f"; would need to wait {wait:.0f} s more, over the {self.retry.max_total_wait:g} s cap"
                 break
+            if wait >= self.remaining():
+                last += f"; would need to wait {wait:.0f} s, past the publishing deadline"
+                break
             self._log(f"GitHub: {last}; retrying in {wait:.1f} s")
             self._sleep(wait)
             waited += wait
         raise GitHubError(f"{method} {path}: gave up after {attempt + 1} attempt(s): {last}")
 
+    def _send(self, method: str, url: str, *, json: Any, params: dict[str, Any] | None) -> requests.Response:
+        """One exchange, headers and body, within ``request_timeout`` (and the deadline) of wall
+        clock. requests' read timeout bounds each silence, not the whole: a server that trickles
+        a byte a second would hold it forever. So the exchange runs in a worker thread that is
+        abandoned (daemon, its response closed) when overdue."""
+        limit = max(min(self.retry.request_timeout, self.remaining()), 0.001)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                resp = self.session.request(
+                    method, url, json=json, params=params, stream=True,
+                    timeout=(min(self.retry.connect_timeout, limit), min(self.retry.read_timeout, limit)),
+                )
+                box["resp"] = resp
+                _ = resp.content  # read the whole body here, under the watch
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["exc"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="gatekeeper-http", daemon=True).start()
+        if not done.wait(limit):
+            _shut(box.get("resp"))
+            raise _Overdue(round(limit, 3))
+        if "exc" in box:
+            raise box["exc"]
+        return box["resp"]
+
     def pause(self, retry_no: int) -> None:
-        """Sleep one backoff step (for callers that retry a non-idempotent call themselves)."""
-        self._sleep(self._backoff(retry_no))
+        """Sleep one backoff step (for callers that retry a non-idempotent call themselves),
+        never past the deadline."""
+        wait = self._backoff(retry_no)
+        if wait >= self.remaining():
+            raise self._past_deadline("waiting to look again")
+        self._sleep(wait)
 
     def paginate(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
-        """Yield the items of a list endpoint, following Link rel="next"."""
+        """Yield the items of a list endpoint, following Link rel="next" for at most
+        ``retry.max_pages`` pages, and never to a page already read (a Link pointing back)."""
         url: str | None = path
         query: dict[str, Any] | None = {"per_page": 100, **(params or {})}
+        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         while url:
+            key = _page_key(url, query)
+            if key in seen:
+                raise GitHubError(f"GET {path}: the Link header's next page is one already read; "
+                                  f"stopped after {len(seen)} page(s)")
+            if len(seen) >= self.retry.max_pages:
+                raise GitHubError(f"GET {path}: more than {self.retry.max_pages} pages; stopped "
+                                  "(GATEKEEPER_HTTP_MAX_PAGES)")
+            seen.add(key)
             resp = self.request("GET", url, params=query)
-            data = resp.json()
+            try:
+                data = resp.json()
+            except ValueError:
+                raise GitHubError(f"GET {path}: the answer is not JSON") from None
             if not isinstance(data, list):
-                raise GitHubError(f"GET {url}: expected a list, got {type(data).__name__}")
+                raise GitHubError(f"GET {path}: expected a list, got {type(data).__name__}")
             yield from data
             url, query = next_link(resp.headers.get("Link")), None  # next URL carries the query
 
@@ -289,6 +408,13 @@ class GitHubClient:
         return self.request(
             "PATCH", f"/repos/{o}/{r}/issues/comments/{int(comment_id)}", json={"body": body}
         ).json()
+
+    def get_pull(self, repo: str, number: int) -> dict:
+        o, r = _split_repo(repo)
+        data = self.request("GET", f"/repos/{o}/{r}/pulls/{int(number)}").json()
+        if not isinstance(data, dict):
+            raise GitHubError(f"GET /repos/{o}/{r}/pulls/{int(number)}: expected an object")
+        return data
 
     def pulls_for_commit(self, repo: str, sha: str) -> list[dict]:
         o, r = _split_repo(repo)
@@ -321,6 +447,17 @@ class GitHubClient:
     def update_issue(self, repo: str, number: int, **fields: Any) -> dict:
         o, r = _split_repo(repo)
         return self.request("PATCH", f"/repos/{o}/{r}/issues/{int(number)}", json=fields).json()
+
+
+def _shut(resp: requests.Response | None) -> None:
+    """Best effort: shut the socket of an abandoned exchange so its worker thread ends now.
+    (Not ``resp.close()``: that waits for the lock the blocked read holds.)"""
+    sock = getattr(getattr(getattr(resp, "raw", None), "_connection", None), "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _never_sent(exc: requests.exceptions.RequestException) -> bool:
