@@ -92,7 +92,13 @@ def _results_files(folder: Path) -> list[Path]:
 
 
 def find_results_file(path: Path) -> tuple[Path, list[str]]:
-    """The results file to read under ``path`` (newest run when several), and notes about it."""
+    """The results file to read under ``path`` (newest run when several), and notes about it.
+
+    ``path`` is a results file, a folder holding one (lm-eval's model folder), lm-eval's
+    ``--output_path`` (one model folder down), or ``gatekeeper run --out`` (two down:
+    ``run-<id>-<attempt>-<ts>/<model>/``, what the fork workflow's artifact holds). Below the
+    folder given, exactly one folder with results must exist: two are refused, never guessed.
+    """
     path = Path(path)
     if not path.exists():
         raise GateError(f"{path}: no such file or directory")
@@ -105,31 +111,43 @@ def find_results_file(path: Path) -> tuple[Path, list[str]]:
         return path, []
     if not path.is_dir():
         raise GateError(f"{path}: not a file or directory")
-    entries = list(path.iterdir())
-    if not entries:
+    if not any(path.iterdir()):
         raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
-    folder = path
-    files = _results_files(path)
-    if not files:
-        subs = sorted(p for p in entries if p.is_dir() and _results_files(p))
-        if len(subs) > 1:
-            names = ", ".join(p.name for p in subs)
-            raise GateError(f"{path}: {len(subs)} model folders ({names}); pass one of them")
-        if not subs:
-            raise GateError(
-                f"{path}: no results_*.json here or in a model subfolder "
-                "(was lm-eval run with --output_path and did it finish?)"
-            )
-        folder = subs[0]
-        files = _results_files(folder)
+    folder, notes = _results_folder(path)
+    files = _results_files(folder)
     # Timestamps are local time and all files of one run share one; newest wins, like
     # lm_eval.utils.get_latest_filename.
     files.sort(key=lambda p: (_timestamp(p.name), p.name))
     chosen = files[-1]
-    notes = []
     if len(files) > 1:
         notes.append(f"{len(files)} runs in {folder}; using the newest, {chosen.name}")
     return chosen, notes
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir())
+
+
+def _results_folder(path: Path) -> tuple[Path, list[str]]:
+    """The one folder at or below ``path`` (at most two levels) that holds results files."""
+    if _results_files(path):
+        return path, []
+    found = [p for p in _subfolders(path) if _results_files(p)]
+    depth = 1
+    if not found:  # gatekeeper run --out: run-*/<model>/
+        found = [q for p in _subfolders(path) for q in _subfolders(p) if _results_files(q)]
+        depth = 2
+    if len(found) > 1:
+        shown = ", ".join(str(p.relative_to(path)) for p in found[:5]) + (", ..." if len(found) > 5 else "")
+        what = "model folders" if depth == 1 else "run folders with results"
+        raise GateError(f"{path}: {len(found)} {what} ({shown}); pass one of them")
+    if not found:
+        raise GateError(
+            f"{path}: no results_*.json here or in a model subfolder, nor in a run-*/<model> folder "
+            "(was lm-eval or gatekeeper run given this output folder, and did it finish?)"
+        )
+    notes = [f"using {found[0].relative_to(path)} under {path}"] if depth == 2 else []
+    return found[0], notes
 
 
 def _samples_path(results_file: Path, task: str) -> Path:

@@ -177,16 +177,81 @@ def _read(path: Path) -> str:
         raise GateError(f"{path}: cannot read suite file ({exc})") from None
 
 
+# A suite is a few dozen keys nested a few levels; these limits are 100x that and still refuse
+# billion-laughs alias bombs and nesting that would exhaust the stack, while composing.
+MAX_YAML_NODES = 100_000  # nodes after expanding every alias
+MAX_YAML_DEPTH = 64  # nesting of mappings and lists
+
+
+class YAMLLimitError(yaml.composer.ComposerError):
+    """A YAML document over ``MAX_YAML_NODES`` (aliases expanded) or ``MAX_YAML_DEPTH``."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that counts, while composing, each node's size with aliases expanded (sizes
+    are memoized per node, so counting costs one pass over the text, not over the expansion)
+    and the nesting depth, and stops at the first node over a limit: a 684-byte alias bomb or
+    a 100k-deep list is refused in milliseconds, before any walk over the document."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None and id(node) not in self._sizes:  # an alias inside its own anchor
+                raise YAMLLimitError(None, None, f"alias *{event.anchor} refers to a node that contains it "
+                                     "(a recursive structure); write the values out", event.start_mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise YAMLLimitError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                                     self.peek_event().start_mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._sizes[id(node)] = size = 1 + sum(self._sizes[id(n)] for n in _children(node))
+        if size > MAX_YAML_NODES:
+            raise YAMLLimitError(None, None, f"more than {MAX_YAML_NODES} values once its aliases (*name) "
+                                 "are expanded (an alias bomb?); write the values out", node.start_mark)
+        return node
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def load_yaml_bounded(text: str) -> tuple[Any, yaml.Node | None]:
+    """(data, node tree) of one YAML document with the safe loader, refusing documents over
+    the size and depth limits (``YAMLLimitError``, a ``yaml.MarkedYAMLError`` with the line)."""
+    loader = _BoundedLoader(text)
+    try:
+        root = loader.get_single_node()
+        return (loader.construct_document(root) if root is not None else None), root
+    finally:
+        loader.dispose()
+
+
 def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data, root = load_yaml_bounded(text)
+    except YAMLLimitError as exc:
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise GateError(f"{path}{line}: {exc.problem}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
         raise GateError(f"{path}{line}: not valid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise GateError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:  # the limits above stop this first; kept so no input can traceback
+        raise GateError(f"{path}: nested too deeply to read; a suite needs only a few levels") from None
     if data is None:
         raise GateError(f"{path}: empty suite file; expected a mapping with name, lm_eval_version, tasks")
     if not isinstance(data, dict):
