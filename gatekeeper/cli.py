@@ -84,8 +84,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outcome = compare_paths(args.baseline, args.candidate, suite, policy, seed=args.seed,
                                 also_baseline=args.also_baseline, also_candidate=args.also_candidate)
         return _emit(outcome, args)
-    baseline = merge_repeats([load_any(p) for p in [args.baseline, *args.also_baseline]])
-    candidate = merge_repeats([load_any(p) for p in [args.candidate, *args.also_candidate]])
+    from gatekeeper.compat import check_repeats
+
+    base_runs = [load_any(p) for p in [args.baseline, *args.also_baseline]]
+    cand_runs = [load_any(p) for p in [args.candidate, *args.also_candidate]]
+    check_repeats(base_runs, "--also-baseline")
+    check_repeats(cand_runs, "--also-candidate")
+    baseline, candidate = merge_repeats(base_runs), merge_repeats(cand_runs)
     if args.policy:  # a plain policy file: each rule must match something in the runs
         names.check_policy(policy, args.policy, names.union(names.from_run(baseline), names.from_run(candidate)))
     outcome = compare_runs(baseline, candidate, policy, seed=args.seed)
