@@ -205,3 +205,91 @@ def test_suite_policy_out_of_range_has_a_line(setting: str, needle: str, tmp_pat
     shutil.copytree(DEMO_SUITE.parent / "tasks", tmp_path / "tasks")
     path.write_text(text.replace(setting, bad, 1))
     _refused(_cli("compare", DEMO_BASELINE, DEMO_BASELINE, "--suite", path), f"{path}{needle}")
+
+
+# ------------------------------------------------------------------ 12: bounded memory
+
+_MEASURE = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.monotonic()\n"
+    "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "wall = time.monotonic() - t\n"
+    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "sys.stdout.write(f'{p.returncode} {wall} {rss}\\n' + p.stdout + '\\0' + p.stderr)\n"
+)
+
+_SNIPPETS = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from gatekeeper.model import Provenance, RunResults\n"
+    "from gatekeeper.results import attach_snippets\n"
+    "run = RunResults(Provenance(source=sys.argv[1], configs={'big': {'output_type': 'generate_until'}}), {})\n"
+    "attach_snippets(run, {('big', 'none'): {int(x) for x in sys.argv[2].split(',')}})\n"
+    "got = run.snippets.get(('big', 'none'), {})\n"
+    "print(' '.join(f'{k}:{got[k].output}' for k in sorted(got)))\n"
+)
+
+
+def _measured(*cmd: str | Path) -> tuple[int, float, int, str, str]:
+    """Exit code, wall seconds, peak RSS (MiB), stdout and stderr of ``cmd`` run in a wrapper
+    process, so that the peak belongs to this one command."""
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, *map(str, cmd)], capture_output=True, text=True,
+                          env=ENV, cwd=ROOT, timeout=300)
+    first, _, rest = proc.stdout.partition("\n")
+    code, wall, rss = first.split()
+    out, _, err = rest.partition("\0")
+    return int(code), float(wall), int(rss) // 1024, out, err
+
+
+def _sample_line(doc_id: int, pad: int, *, canonical: bool = True) -> bytes:
+    doc = {"text": "x" * pad}
+    rest = {"doc": doc, "target": "t", "arguments": {"gen_args_0": {"arg_0": f"prompt {doc_id}", "arg_1": {}}},
+            "resps": [["r"]], "filtered_resps": [f"out{doc_id}"], "filter": "none", "metrics": ["exact_match"]}
+    obj = {"doc_id": doc_id, **rest} if canonical else {**rest, "doc_id": doc_id}
+    return json.dumps(obj).encode() + b"\n"
+
+
+@pytest.fixture
+def big_run(tmp_path: Path) -> tuple[Path, Path]:
+    results = tmp_path / "results_2026-12-01T00-00-00.000001.json"
+    results.write_text("{}")
+    return results, tmp_path / "samples_big_2026-12-01T00-00-00.000001.jsonl"
+
+
+def test_snippets_stream_a_large_samples_file(big_run: tuple[Path, Path]) -> None:
+    results, samples = big_run
+    with samples.open("wb") as fh:  # 3000 lines of 40 KB: 120 MB
+        for i in range(3000):
+            fh.write(_sample_line(i, 40_000))
+        fh.write(_sample_line(3000, 10, canonical=False))  # another key order is still found
+    assert samples.stat().st_size > 120e6
+    code, wall, rss_mib, out, err = _measured(sys.executable, "-c", _SNIPPETS, results, "0,1500,2999,3000,9999")
+    assert code == 0, err
+    assert out.split() == ["0:out0", "1500:out1500", "2999:out2999", "3000:out3000"]
+    assert rss_mib < 90, rss_mib  # the interpreter is ~35 MiB; the whole file was read before (>155)
+    assert wall < 20, wall
+
+
+def test_a_huge_samples_line_is_skipped_with_bounded_memory(big_run: tuple[Path, Path]) -> None:
+    results, samples = big_run
+    with samples.open("wb") as fh:  # one 100 MB line, then an ordinary one
+        fh.write(_sample_line(0, 100_000_000))
+        fh.write(_sample_line(1, 10))
+    code, wall, rss_mib, out, err = _measured(sys.executable, "-c", _SNIPPETS, results, "0,1")
+    assert code == 0, err
+    assert out.split() == ["1:out1"]  # the snippet of the 100 MB line is left out, never read whole
+    assert rss_mib < 110, rss_mib  # at most one 16 MiB line held (was the 100 MB line, parsed: >300)
+
+
+def test_an_oversized_results_json_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    big = tmp_path / "results_2026-12-01T00-00-00.000001.json"
+    blob = "a" * (40 << 20)
+    big.write_text('{"results": {}, "configs": {"x": {"description": "' + blob + '"}}, "versions": {}, '
+                   '"n-samples": {}}')
+    report = tmp_path / "r.json"
+    code, wall, rss_mib, out, err = _measured(sys.executable, "-m", "gatekeeper", "compare", big, big,
+                                              "--json", report)
+    assert "Traceback" not in err and code == 2, err
+    assert err.strip().count("\n") == 0 and f"{big}: larger than 32 MiB" in err, err
+    assert rss_mib < 150, rss_mib  # 32 MiB read at most, never parsed
+    assert not report.exists()
