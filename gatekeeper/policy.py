@@ -166,17 +166,19 @@ def load_policy(path: str | Path) -> Policy:
 
 def read_policy_file(path: str | Path) -> tuple[Policy, Any]:
     """The policy in a policy file or a suite file, and the ``Suite`` when it is one (else None)."""
+    from gatekeeper.suite import YAMLLimitError, load_yaml_bounded, read_bounded  # suite imports this module
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path)
+        data, _ = load_yaml_bounded(text)
     except OSError as exc:
         raise GateError(f"{path}: cannot read policy file ({exc.strerror})") from None
-    from gatekeeper.suite import YAMLLimitError, load_yaml_bounded  # suite imports this module
-
-    try:
-        data, _ = load_yaml_bounded(text)
-    except YAMLLimitError as exc:  # an alias bomb or deep nesting: refused while composing
-        raise GateError(f"{path}:{exc.problem_mark.line + 1}: {exc.problem}") from None
+    except UnicodeDecodeError:
+        raise GateError(f"{path}: not valid UTF-8 text") from None
+    except YAMLLimitError as exc:  # too large, an alias bomb or deep nesting: refused before any walk
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise GateError(f"{path}{line}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,6 +140,27 @@ def test_yaml_bombs_are_refused_in_milliseconds(text: str, needle: str, line: in
         assert time.perf_counter() - start < 1.0  # was over 180 s for the bomb
         assert str(err.value) == str(err.value).splitlines()[0]
         assert str(err.value).startswith(f"{path}:{line}: ") and needle in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("form", ["flow_list", "flow_map", "block_list"])
+def test_deep_nesting_in_any_form_is_refused_in_milliseconds(form: str, tmp_path: Path) -> None:
+    text = {"flow_list": "x: " + "[" * 100_000,  # unclosed: refused before the end is read
+            "flow_map": "x: " + "{a: " * 40_000 + "}" * 40_000,
+            "block_list": "x:\n" + "- " * 100_000 + "1\n"}[form]
+    path = tmp_path / "gatekeeper.yaml"
+    path.write_text(text)
+    start = time.perf_counter()
+    with pytest.raises(GateError, match=r"^" + re.escape(str(path)) + r":\d+: nested more than 64 levels deep$"):
+        load_suite(path)
+    assert time.perf_counter() - start < 0.2
+
+
+def test_an_oversized_suite_or_policy_file_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "gatekeeper.yaml"
+    path.write_text(DEMO_SUITE.read_text() + "# " + "x" * (300 << 10) + "\n")
+    for load in (load_suite, load_policy):
+        with pytest.raises(GateError, match=r"^" + re.escape(str(path)) + r": larger than 256 KiB"):
+            load(path)
 
 
 def test_a_policy_file_bomb_is_one_line_from_the_cli(tmp_path: Path) -> None:
