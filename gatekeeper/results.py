@@ -111,10 +111,13 @@ def find_results_file(path: Path) -> tuple[Path, list[str]]:
         return path, []
     if not path.is_dir():
         raise GateError(f"{path}: not a file or directory")
-    if not any(path.iterdir()):
-        raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
-    folder, notes = _results_folder(path)
-    files = _results_files(folder)
+    try:
+        if not any(path.iterdir()):
+            raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
+        folder, notes = _results_folder(path)
+        files = _results_files(folder)
+    except OSError as exc:  # an unreadable subfolder, or one removed while looking
+        raise GateError(f"{exc.filename or path}: cannot read directory ({exc.strerror})") from None
     # Timestamps are local time and all files of one run share one; newest wins, like
     # lm_eval.utils.get_latest_filename.
     files.sort(key=lambda p: (_timestamp(p.name), p.name))

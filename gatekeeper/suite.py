@@ -200,7 +200,8 @@ MAX_YAML_BYTES = 256 << 10
 
 
 class YAMLLimitError(yaml.composer.ComposerError):
-    """A YAML document over ``MAX_YAML_NODES`` (aliases expanded) or ``MAX_YAML_DEPTH``."""
+    """A suite or policy file over ``MAX_YAML_BYTES``, ``MAX_YAML_NODES`` (aliases expanded)
+    or ``MAX_YAML_DEPTH``; ``problem_mark`` is set except for the size."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
