@@ -127,8 +127,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outcome = compare_paths(args.baseline, args.candidate, suite, policy, seed=args.seed,
                                 also_baseline=args.also_baseline, also_candidate=args.also_candidate)
         return _emit(outcome, args)
-    baseline = merge_repeats([load_any(p) for p in [args.baseline, *args.also_baseline]])
-    candidate = merge_repeats([load_any(p) for p in [args.candidate, *args.also_candidate]])
+    from gatekeeper.compat import check_repeats
+
+    base_runs = [load_any(p) for p in [args.baseline, *args.also_baseline]]
+    cand_runs = [load_any(p) for p in [args.candidate, *args.also_candidate]]
+    check_repeats(base_runs, "--also-baseline")
+    check_repeats(cand_runs, "--also-candidate")
+    baseline, candidate = merge_repeats(base_runs), merge_repeats(cand_runs)
     if args.policy:  # a plain policy file: each rule must match something in the runs
         names.check_policy(policy, args.policy, names.union(names.from_run(baseline), names.from_run(candidate)))
     outcome = compare_runs(baseline, candidate, policy, seed=args.seed)
@@ -206,14 +211,48 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _alpha_flag(text: str) -> float:
+    from gatekeeper.policy import alpha_problem
+
+    value = _number_flag(text, float)
+    if alpha_problem(value):
+        raise argparse.ArgumentTypeError(alpha_problem(value))
+    return value
+
+
+def _resamples_flag(text: str) -> int:
+    from gatekeeper.policy import resamples_problem
+
+    value = _number_flag(text, int)
+    if resamples_problem(value):
+        raise argparse.ArgumentTypeError(resamples_problem(value))
+    return value
+
+
+def _seed_flag(text: str) -> int:
+    value = _number_flag(text, int)
+    if value < 0:  # numpy refuses negative seeds deep inside the statistics, blaming a metric
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
+def _number_flag(text: str, kind: type) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                         f"got {text!r}") from None
+
+
 def _add_policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", "--suite", dest="policy", metavar="FILE",
                    help="YAML policy file, or a suite file (its policy, cluster keys and name)")
-    p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
+    p.add_argument("--alpha", type=_alpha_flag, help="significance level, 1e-6 to 0.5 (default 0.05)")
     p.add_argument("--margin", type=float, help="default margin in each metric's units (default 0)")
     p.add_argument("--correction", choices=["holm", "bonferroni", "bh", "none"],
                    help="multiplicity correction over gated metrics (default holm)")
-    p.add_argument("--resamples", type=int, help="bootstrap/permutation resamples (default 10000)")
+    p.add_argument("--resamples", type=_resamples_flag,
+                   help="bootstrap/permutation resamples, 100 to 1,000,000 (default 10000)")
 
 
 def _add_report_flags(p: argparse.ArgumentParser) -> None:
@@ -231,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("candidate", help="same forms as BASELINE")
     _add_policy_flags(p)
     _add_report_flags(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for resampling (default 0)")
+    p.add_argument("--seed", type=_seed_flag, default=0, help="seed for resampling, >= 0 (default 0)")
     p.add_argument("--also-baseline", action="append", default=[], metavar="PATH",
                    help="another run of the baseline model (other seed); values are averaged per item")
     p.add_argument("--also-candidate", action="append", default=[], metavar="PATH",

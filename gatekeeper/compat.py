@@ -376,3 +376,36 @@ def _check_hashes(b: np.ndarray, c: np.ndarray, doc_ids: np.ndarray, where: str)
         if bad.size:
             more = f" (and {bad.size - 1} more items)" if bad.size > 1 else ""
             raise GateError(f"{where} doc_id {int(doc_ids[bad[0]])}: {names[col]} hash differs{more}")
+
+
+def check_repeats(runs: list[RunResults], flag: str) -> None:
+    """Refuse a repeated run (``--also-baseline/--also-candidate``) that is not another run of
+    the same model under the same settings as the first: everything ``check_compatible`` calls
+    an error (items, prompts, n-shot, lm-eval version, ...) plus the model, its files (sha256,
+    from the manifests) and dtype. Averaging such a run in would blend two models or two
+    measurements and could halve a real drop."""
+    first = runs[0]
+    for other in runs[1:]:
+        problems = [d.message for d in check_compatible(first, other) if d.severity == "error"]
+        problems += _same_model(first.provenance, other.provenance)
+        if problems:
+            text = "; ".join(problems).replace(" in baseline", " in the first run").replace(
+                " in candidate", " in this one")
+            raise GateError(
+                f"{other.provenance.source}: not a repeat of {first.provenance.source} ({text}); "
+                f"{flag} takes another run of the same model with the same suite (e.g. another seed)"
+            )
+
+
+def _same_model(first: Provenance, other: Provenance) -> list[str]:
+    out = []
+    for label, a, b in (("model", _model_id(first.model_name), _model_id(other.model_name)),
+                        ("dtype", first.model_dtype, other.model_dtype)):
+        if _differs(a, b):
+            out.append(f"{label} {_fmt(a)} in baseline, {_fmt(b)} in candidate")
+    a_files = (first.manifest or {}).get("model_files") or {}
+    b_files = (other.manifest or {}).get("model_files") or {}
+    if a_files and b_files and a_files != b_files:
+        changed = sorted(n for n in set(a_files) | set(b_files) if a_files.get(n) != b_files.get(n))
+        out.append(f"model files differ (sha256): {', '.join(changed)}")
+    return out

@@ -110,9 +110,14 @@ def compare_paths(
     base_path = Path(baseline) if baseline is not None else suite.baseline_path
     if not base_path.exists():
         raise GateError(f"{base_path}: baseline does not exist (record one with `gatekeeper baseline record`)")
+    from gatekeeper.compat import check_repeats
+
     keys = suite.cluster_keys()
-    base = merge_repeats([load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]])
-    cand = merge_repeats([load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]])
+    base_runs = [load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]]
+    cand_runs = [load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]]
+    check_repeats(base_runs, "--also-baseline")  # repeats pass the baseline-vs-candidate checks too
+    check_repeats(cand_runs, "--also-candidate")
+    base, cand = merge_repeats(base_runs), merge_repeats(cand_runs)
     return compare_for_suite(base, cand, suite, policy, seed=seed)
 
 

@@ -213,11 +213,10 @@ def _yaml_root(suite: Suite) -> Any:
     the text this suite was loaded from (e.g. a suite read from a PR's base commit)."""
     import yaml
 
-    from gatekeeper.suite import fill_defaults, suite_hash
+    from gatekeeper.suite import fill_defaults, load_yaml_bounded, read_bounded, suite_hash
 
     try:
-        text = Path(suite.path).read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
+        data, root = load_yaml_bounded(read_bounded(Path(suite.path)))  # the file may not be the text loaded: bound it too
         if not isinstance(data, dict) or suite_hash(data) != suite.hash:
             return None
         doc = fill_defaults(data)  # the hash leaves out metrics and rules: compare them too
@@ -226,7 +225,7 @@ def _yaml_root(suite: Suite) -> Any:
         rules = [(r["task"], r["filter"], r["metric"]) for r in doc["policy"]["rules"]]
         if rules != [(r.task, r.filter, r.metric) for r in _policy_rules(suite)]:
             return None
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return root
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return None
 

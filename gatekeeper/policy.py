@@ -33,6 +33,26 @@ TESTS = ("superiority", "noninferiority")
 # sizes and kernels, still far below any real change of a metric.
 DEFAULT_ROUNDING = 1e-5
 MAX_ROUNDING = 1e-3  # a larger floor would hide real changes: refuse it rather than open the gate
+# 1e6 resamples put the Monte Carlo error of a p-value near 0.05 at 0.0002; more only burns CPU
+# (2e8 would run for hours) and memory, so a larger value is a typo, refused up front.
+MAX_RESAMPLES = 1_000_000
+# alpha outside [1e-6, 0.5]: below, no test on a few thousand items can ever reach it (and the
+# power and interval formulas run out of float range); above, a coin flip would fail the gate.
+MIN_ALPHA, MAX_ALPHA = 1e-6, 0.5
+
+
+def alpha_problem(alpha: float) -> str | None:
+    """Why ``alpha`` is refused, or None (shared by the policy file and ``--alpha``)."""
+    if not (math.isfinite(alpha) and MIN_ALPHA <= alpha <= MAX_ALPHA):
+        return f"must be between {MIN_ALPHA:g} and {MAX_ALPHA:g} (default 0.05), got {alpha}"
+    return None
+
+
+def resamples_problem(resamples: int) -> str | None:
+    """Why ``resamples`` is refused, or None (shared by the policy file and ``--resamples``)."""
+    if not 100 <= resamples <= MAX_RESAMPLES:
+        return f"must be between 100 and {MAX_RESAMPLES:,} (default 10,000), got {resamples}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -78,8 +98,8 @@ class Policy:
         return self.margin, True
 
     def validate(self, where: str = "policy") -> None:
-        if not 0 < self.alpha < 1:
-            raise GateError(f"{where}: alpha must be between 0 and 1, got {self.alpha}")
+        if alpha_problem(self.alpha):
+            raise GateError(f"{where}: alpha {alpha_problem(self.alpha)}")
         if self.correction not in CORRECTIONS:
             raise GateError(
                 f"{where}: correction must be one of {', '.join(CORRECTIONS)}, got {self.correction!r}"
@@ -89,8 +109,8 @@ class Policy:
         margins = [self.margin, *(r.margin for r in self.rules if r.margin is not None)]
         if any(not math.isfinite(m) or m < 0 for m in margins):
             raise GateError(f"{where}: margins must be finite and >= 0 (they are drops in the metric's units)")
-        if self.resamples < 100:
-            raise GateError(f"{where}: resamples must be >= 100, got {self.resamples}")
+        if resamples_problem(self.resamples):
+            raise GateError(f"{where}: resamples {resamples_problem(self.resamples)}")
         if not (math.isfinite(self.rounding) and 0 <= self.rounding <= MAX_ROUNDING):
             raise GateError(
                 f"{where}: rounding must be between 0 and {MAX_ROUNDING:g} (a relative tolerance; "
@@ -133,7 +153,7 @@ class Policy:
                 rounding=float(data.get("rounding", DEFAULT_ROUNDING)),
                 test=str(data.get("test", "superiority")),
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: resamples: .inf
             raise GateError(f"{where}: {exc}") from None
         policy.validate(where)
         return policy
@@ -146,13 +166,19 @@ def load_policy(path: str | Path) -> Policy:
 
 def read_policy_file(path: str | Path) -> tuple[Policy, Any]:
     """The policy in a policy file or a suite file, and the ``Suite`` when it is one (else None)."""
+    from gatekeeper.suite import YAMLLimitError, load_yaml_bounded, read_bounded  # suite imports this module
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path)
+        data, _ = load_yaml_bounded(text)
     except OSError as exc:
         raise GateError(f"{path}: cannot read policy file ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise GateError(f"{path}: not valid UTF-8 text") from None
+    except YAMLLimitError as exc:  # too large, an alias bomb or deep nesting: refused before any walk
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise GateError(f"{path}{line}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""

@@ -92,7 +92,13 @@ def _results_files(folder: Path) -> list[Path]:
 
 
 def find_results_file(path: Path) -> tuple[Path, list[str]]:
-    """The results file to read under ``path`` (newest run when several), and notes about it."""
+    """The results file to read under ``path`` (newest run when several), and notes about it.
+
+    ``path`` is a results file, a folder holding one (lm-eval's model folder), lm-eval's
+    ``--output_path`` (one model folder down), or ``gatekeeper run --out`` (two down:
+    ``run-<id>-<attempt>-<ts>/<model>/``, what the fork workflow's artifact holds). Below the
+    folder given, exactly one folder with results must exist: two are refused, never guessed.
+    """
     path = Path(path)
     if not path.exists():
         raise GateError(f"{path}: no such file or directory")
@@ -105,31 +111,46 @@ def find_results_file(path: Path) -> tuple[Path, list[str]]:
         return path, []
     if not path.is_dir():
         raise GateError(f"{path}: not a file or directory")
-    entries = list(path.iterdir())
-    if not entries:
-        raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
-    folder = path
-    files = _results_files(path)
-    if not files:
-        subs = sorted(p for p in entries if p.is_dir() and _results_files(p))
-        if len(subs) > 1:
-            names = ", ".join(p.name for p in subs)
-            raise GateError(f"{path}: {len(subs)} model folders ({names}); pass one of them")
-        if not subs:
-            raise GateError(
-                f"{path}: no results_*.json here or in a model subfolder "
-                "(was lm-eval run with --output_path and did it finish?)"
-            )
-        folder = subs[0]
+    try:
+        if not any(path.iterdir()):
+            raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
+        folder, notes = _results_folder(path)
         files = _results_files(folder)
+    except OSError as exc:  # an unreadable subfolder, or one removed while looking
+        raise GateError(f"{exc.filename or path}: cannot read directory ({exc.strerror})") from None
     # Timestamps are local time and all files of one run share one; newest wins, like
     # lm_eval.utils.get_latest_filename.
     files.sort(key=lambda p: (_timestamp(p.name), p.name))
     chosen = files[-1]
-    notes = []
     if len(files) > 1:
         notes.append(f"{len(files)} runs in {folder}; using the newest, {chosen.name}")
     return chosen, notes
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir())
+
+
+def _results_folder(path: Path) -> tuple[Path, list[str]]:
+    """The one folder at or below ``path`` (at most two levels) that holds results files."""
+    if _results_files(path):
+        return path, []
+    found = [p for p in _subfolders(path) if _results_files(p)]
+    depth = 1
+    if not found:  # gatekeeper run --out: run-*/<model>/
+        found = [q for p in _subfolders(path) for q in _subfolders(p) if _results_files(q)]
+        depth = 2
+    if len(found) > 1:
+        shown = ", ".join(str(p.relative_to(path)) for p in found[:5]) + (", ..." if len(found) > 5 else "")
+        what = "model folders" if depth == 1 else "run folders with results"
+        raise GateError(f"{path}: {len(found)} {what} ({shown}); pass one of them")
+    if not found:
+        raise GateError(
+            f"{path}: no results_*.json here or in a model subfolder, nor in a run-*/<model> folder "
+            "(was lm-eval or gatekeeper run given this output folder, and did it finish?)"
+        )
+    notes = [f"using {found[0].relative_to(path)} under {path}"] if depth == 2 else []
+    return found[0], notes
 
 
 def _samples_path(results_file: Path, task: str) -> Path:
@@ -145,9 +166,23 @@ def _samples_path(results_file: Path, task: str) -> Path:
 # ---------------------------------------------------------------- results.json
 
 
+# lm-eval writes about 4 KB per task to results.json (configs included): a 500-task suite is
+# about 2 MB. Parsing JSON takes several times its size in memory, so a file over this cap is
+# refused before it is read rather than parsed into gigabytes.
+MAX_RESULTS_BYTES = 32 << 20
+
+
 def _read_json(path: Path, what: str = "") -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_RESULTS_BYTES + 1)  # bounded even where st_size lies (a FIFO, /proc)
+        if len(raw) > MAX_RESULTS_BYTES:
+            raise GateError(
+                f"{path}: larger than {MAX_RESULTS_BYTES >> 20} MiB; lm-eval results files are a few MB "
+                "(about 4 KB per task): pass the run's results_<timestamp>.json, not another file"
+            )
+        text = raw.decode("utf-8")
+        del raw
     except OSError as exc:
         raise GateError(f"{path}: cannot read{what} ({exc.strerror})") from None
     except UnicodeDecodeError:
@@ -804,48 +839,49 @@ def _argmax_loglik(filtered: Any) -> int | None:
     return max(range(len(lls)), key=lls.__getitem__)  # first maximum, like np.argmax
 
 
-_SNIPPET_SEARCHES = 64
+# Snippets decorate the report; a samples line longer than this (a real one is at most a few
+# MB, even with long few-shot prompts) is skipped, so memory stays bounded whatever the file.
+SNIPPET_LINE_MAX = 16 << 20
+_HEAD_BYTES = 64  # enough for lm-eval's line start {"doc_id": N, (N < 2**53)
+_SKIP_BYTES = 1 << 20
+_DOC_ID_HEAD = re.compile(rb'\{"doc_id": (\d{1,16}), ')
 
 
 def _snippet_lines(path: Path, doc_ids: set[int]) -> Iterator[dict[str, Any]]:
-    """The parsed lines of a samples file whose doc_id is in ``doc_ids``. lm-eval starts every
-    line with ``{"doc_id": N, ``, so each wanted line is found by a plain search of the file
-    (memchr speed, no per-line Python); a doc_id not found that way falls back to a scan of
-    every line. Lines that do not parse are skipped: snippets only decorate the report."""
+    """The parsed lines of a samples file whose doc_id is in ``doc_ids``, streamed: lm-eval
+    starts every line with ``{"doc_id": N, ``, so a line with another N is skipped after its
+    first bytes without being kept or parsed; a line that starts otherwise is parsed to find
+    its doc_id. Memory is bounded by ``SNIPPET_LINE_MAX`` (longer lines are skipped), not by
+    the file. Lines that do not parse are skipped too: snippets only decorate the report."""
     with path.open("rb") as fh:
-        data = fh.read()
-    if len(doc_ids) > _SNIPPET_SEARCHES:  # one search per doc_id would cost more than a scan
-        yield from _scan_lines(data, doc_ids)
-        return
-    missing = set()
-    for doc_id in sorted(doc_ids):
-        starts = _line_starts(data, f'{{"doc_id": {doc_id}, '.encode())
-        if not starts:
-            missing.add(doc_id)
-        for start in starts:
-            end = data.find(b"\n", start)
-            obj = _loads_or_none(data[start : end if end != -1 else len(data)])
-            if obj is not None and obj.get("doc_id") == doc_id:
+        while head := fh.readline(_HEAD_BYTES):
+            m = _DOC_ID_HEAD.match(head)
+            if m is not None and int(m.group(1)) not in doc_ids:
+                _skip_rest(fh, head)
+                continue
+            line = _rest_of_line(fh, head)
+            obj = _loads_or_none(line) if line is not None else None
+            doc_id = obj.get("doc_id") if obj is not None else None
+            if isinstance(doc_id, int) and not isinstance(doc_id, bool) and doc_id in doc_ids:
                 yield obj
-    if missing:
-        yield from _scan_lines(data, missing)
 
 
-def _scan_lines(data: bytes, doc_ids: set[int]) -> Iterator[dict[str, Any]]:
-    for line in data.splitlines():
-        obj = _loads_or_none(line)
-        doc_id = obj.get("doc_id") if obj is not None else None
-        if isinstance(doc_id, int) and doc_id in doc_ids:
-            yield obj
+def _skip_rest(fh: Any, head: bytes) -> None:
+    chunk = head
+    while chunk and not chunk.endswith(b"\n"):
+        chunk = fh.readline(_SKIP_BYTES)
 
 
-def _line_starts(data: bytes, prefix: bytes) -> list[int]:
-    out = [0] if data.startswith(prefix) else []
-    pos = data.find(b"\n" + prefix)
-    while pos != -1:
-        out.append(pos + 1)
-        pos = data.find(b"\n" + prefix, pos + 1)
-    return out
+def _rest_of_line(fh: Any, head: bytes) -> bytes | None:
+    """The whole line that starts with ``head``, or None (and skipped) when over the cap."""
+    if head.endswith(b"\n"):
+        return head
+    rest = fh.readline(SNIPPET_LINE_MAX - len(head) + 1)
+    line = head + rest
+    if len(line) > SNIPPET_LINE_MAX and not line.endswith(b"\n"):
+        _skip_rest(fh, line[-1:])
+        return None
+    return line
 
 
 def _loads_or_none(line: bytes) -> dict[str, Any] | None:

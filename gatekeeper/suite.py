@@ -168,25 +168,149 @@ def fill_defaults(data: dict) -> dict:
 # ----------------------------------------------------------------------------- parsing
 
 
+def read_bounded(path: Path) -> str:
+    """The text of a suite or policy file, reading at most ``MAX_YAML_BYTES`` + 1 bytes (so a
+    huge or endless file costs nothing); raises OSError, UnicodeDecodeError, YAMLLimitError."""
+    with path.open("rb") as fh:
+        raw = fh.read(MAX_YAML_BYTES + 1)
+    if len(raw) > MAX_YAML_BYTES:
+        raise YAMLLimitError(None, None, f"larger than {MAX_YAML_BYTES >> 10} KiB; a suite or policy file is "
+                             "a few KB", None)
+    return raw.decode("utf-8")
+
+
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_bounded(path)
     except FileNotFoundError:
         raise GateError(f"{path}: suite file not found") from None
+    except YAMLLimitError as exc:
+        raise GateError(f"{path}: {exc.problem}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise GateError(f"{path}: cannot read suite file ({exc})") from None
 
 
+# A suite is a few dozen keys nested a few levels; these limits are 100x that and still refuse
+# billion-laughs alias bombs and nesting that would exhaust the stack, while composing.
+MAX_YAML_NODES = 100_000  # nodes after expanding every alias
+MAX_YAML_DEPTH = 64  # nesting of mappings and lists
+# The demo suite is 2 KB and a 500-task suite about 100 KB. PyYAML's pure-Python parser takes
+# seconds per MB, so a larger file is refused before it is read whole or parsed.
+MAX_YAML_BYTES = 256 << 10
+
+
+class YAMLLimitError(yaml.composer.ComposerError):
+    """A suite or policy file over ``MAX_YAML_BYTES``, ``MAX_YAML_NODES`` (aliases expanded)
+    or ``MAX_YAML_DEPTH``; ``problem_mark`` is set except for the size."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that counts, while composing, each node's size with aliases expanded (sizes
+    are memoized per node, so counting costs one pass over the text, not over the expansion)
+    and the nesting depth, and stops at the first node over a limit: a 684-byte alias bomb or
+    a 100k-deep list is refused in milliseconds, before any walk over the document."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._total = 0  # nodes composed so far, each alias counted as the size of its anchor
+        self._sizes: dict[int, int] = {}  # id(node) -> its size with aliases expanded
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            anchor = self.peek_event().anchor
+            node = self.anchors.get(anchor)
+            if node is not None and id(node) not in self._sizes:  # an alias inside its own anchor
+                raise YAMLLimitError(None, None, f"alias *{anchor} refers to a node that contains it "
+                                     "(a recursive structure); write the values out", mark)
+            node = super().compose_node(parent, index)
+            self._count(self._sizes[id(node)], mark)
+            return node
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise YAMLLimitError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._sizes[id(node)] = 1 + sum(self._sizes[id(n)] for n in _children(node))
+        self._count(1, mark)
+        return node
+
+    def _count(self, nodes: int, mark: Any) -> None:
+        self._total += nodes
+        if self._total > MAX_YAML_NODES:
+            raise YAMLLimitError(None, None, f"more than {MAX_YAML_NODES} values once its aliases (*name) "
+                                 "are expanded (an alias bomb?); write the values out", mark)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+_OPEN_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+def _check_depth_fast(text: str) -> None:
+    """Nesting depth from libyaml's event stream (C, no recursion), when PyYAML has it: the
+    pure-Python scanner needs about 0.5 s to reach the first 64 levels of ``[[[[...``, because
+    every ``[`` may start a key and is looked ahead for. Syntax errors are left to the
+    pure-Python loader, whose messages the rest of gatekeeper formats."""
+    if not getattr(yaml, "__with_libyaml__", False):
+        return
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+            if isinstance(event, _OPEN_EVENTS):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise YAMLLimitError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                                         event.start_mark)
+            elif isinstance(event, _CLOSE_EVENTS):
+                depth -= 1
+    except YAMLLimitError:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):  # libyaml's own limit, met while scanning ahead
+            raise YAMLLimitError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                                 exc.problem_mark) from None
+    except yaml.YAMLError:
+        pass
+
+
+def load_yaml_bounded(text: str) -> tuple[Any, yaml.Node | None]:
+    """(data, node tree) of one YAML document with the safe loader, refusing documents over
+    the size and depth limits (``YAMLLimitError``, a ``yaml.MarkedYAMLError`` with the line)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise YAMLLimitError(None, None, f"larger than {MAX_YAML_BYTES >> 10} KiB; a suite or policy file is "
+                             "a few KB", None)
+    _check_depth_fast(text)
+    loader = _BoundedLoader(text)
+    try:
+        root = loader.get_single_node()
+        return (loader.construct_document(root) if root is not None else None), root
+    finally:
+        loader.dispose()
+
+
 def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data, root = load_yaml_bounded(text)
+    except YAMLLimitError as exc:
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise GateError(f"{path}{line}: {exc.problem}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
         raise GateError(f"{path}{line}: not valid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise GateError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:  # the limits above stop this first; kept so no input can traceback
+        raise GateError(f"{path}: nested too deeply to read; a suite needs only a few levels") from None
     if data is None:
         raise GateError(f"{path}: empty suite file; expected a mapping with name, lm_eval_version, tasks")
     if not isinstance(data, dict):

@@ -124,7 +124,7 @@ tasks:
         ":2: lm_eval_version: expected a quoted version string",
         ":4: model.dtype: expected one of 'auto', 'float32', 'float16', 'bfloat16', got 'fp16'",
         ":5: model.batch_size: expected an integer >= 1 or \"auto\", got 0",
-        ":7: policy.alpha: must be < 1, got 1.5",
+        ":7: policy.alpha: must be <= 0.5, got 1.5",
         ":8: policy.corection: unknown key; did you mean 'correction'?",
         ":14: tasks[2].num_fewshot: expected an integer >= 0 or null, got 'five'",
         ":15: tasks[2].limit: expected an integer >= 1, a fraction between 0 and 1, or null, got -3",

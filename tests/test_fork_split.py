@@ -1,0 +1,251 @@
+"""The documented fork split, end to end: the steps of ``docs/workflows/fork-eval.yml`` and
+``fork-report.yml`` are read from the YAML and executed in order as a runner would (the action
+steps as ``python -m gatekeeper.action`` with their ``with:`` inputs, the ``run:`` steps with
+bash, the artifact upload/download as a copy), against a real lm-eval run of a demo checkpoint
+and the loopback fake GitHub. Before the fix, the report job always ended in exit 2: the
+artifact holds ``run-<id>-<attempt>-<ts>/<model>/results_*.json``, two levels down."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gatekeeper.model import GateError
+from gatekeeper.results import find_results_file
+from tests.github_server import FakeGitHub
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+WORKFLOWS = ROOT / "docs" / "workflows"
+TOKEN = "ghs_forkSplitTOKEN0123456789"
+REPO = "octo/repo"
+HEAD = "c" * 40
+PR = 12
+ACTION = "your-org/gatekeeper@"
+# What GitHub substitutes for the expressions these workflows use; an expression not listed
+# here fails the test, so a workflow edit cannot slip past it untested.
+EXPRESSIONS = {
+    "github.event.pull_request.number": str(PR),
+    "github.event.workflow_run.head_sha": HEAD,
+    "github.event.workflow_run.id": "777",
+    "github.repository": REPO,
+    "github.token": TOKEN,
+}
+
+
+def _steps(name: str) -> list[dict[str, Any]]:
+    doc = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+    (job,) = doc["jobs"].values()
+    return job["steps"]
+
+
+def _action_inputs() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))["inputs"]
+
+
+def _expand(text: str, extra: dict[str, str]) -> str:
+    known = {**EXPRESSIONS, **extra}
+    return re.sub(r"\$\{\{\s*(.*?)\s*\}\}", lambda m: known[m.group(1)], str(text))
+
+
+def _workspace(root: Path) -> Path:
+    """A repository checkout: the demo suite, its tasks and stored baseline at the top level."""
+    root.mkdir(parents=True)
+    shutil.copy(EXAMPLES / "gatekeeper.yaml", root / "gatekeeper.yaml")
+    shutil.copytree(EXAMPLES / "tasks", root / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(EXAMPLES / ".gatekeeper", root / ".gatekeeper")
+    return root
+
+
+def _fake_gh_cli(bin_dir: Path, head_of_pr: str) -> None:
+    """``gh api repos/REPO/pulls/N --jq .head.sha`` answering ``head_of_pr`` for PR 12."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "gh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$*" = "api repos/{REPO}/pulls/{PR} --jq .head.sha" ] && [ "$GH_TOKEN" = "{TOKEN}" ]; then\n'
+        f'  echo "{head_of_pr}"; exit 0\nfi\n'
+        'echo "gh: unexpected call: $*" >&2; exit 1\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+class Runner:
+    """Executes one job's steps in a workspace, as the GitHub runner would."""
+
+    def __init__(self, ws: Path, event: str, payload: dict, api_url: str, path_prefix: Path | None = None):
+        self.ws, self.event, self.api_url = ws, event, api_url
+        self.event_path = ws.parent / f"{event}.json"
+        self.event_path.write_text(json.dumps(payload))
+        self.path_prefix = path_prefix
+        self.outputs: dict[str, str] = {}  # "steps.<id>.outputs.<name>" -> value
+        self.results: list[subprocess.CompletedProcess] = []
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
+        env.update({
+            "GITHUB_EVENT_NAME": self.event, "GITHUB_EVENT_PATH": str(self.event_path), "GITHUB_SHA": HEAD,
+            "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": self.api_url, "GITHUB_WORKSPACE": str(self.ws),
+            "GITHUB_RUN_ID": "777", "GITHUB_RUN_ATTEMPT": "1", "RUNNER_ENVIRONMENT": "self-hosted",
+            "GITHUB_SERVER_URL": "https://github.example", "GATEKEEPER_HTTP_BACKOFF": "0.01",
+            "GITHUB_STEP_SUMMARY": str(self.ws.parent / "summary.md"),
+            "GITHUB_OUTPUT": str(self.ws.parent / "output"), "PYTHONPATH": str(ROOT),
+            "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        })
+        if self.path_prefix is not None:
+            env["PATH"] = f"{self.path_prefix}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def step(self, step: dict[str, Any], artifacts: Path) -> subprocess.CompletedProcess | None:
+        uses, inputs = step.get("uses", ""), {k: _expand(v, self.outputs) for k, v in (step.get("with") or {}).items()}
+        (self.ws.parent / "output").write_text("")
+        if uses.startswith("actions/checkout@"):
+            return None  # the workspace is the checkout
+        if uses.startswith("actions/upload-artifact@"):
+            shutil.copytree(self.ws / inputs["path"], artifacts / inputs["name"])
+            return None
+        if uses.startswith("actions/download-artifact@"):
+            shutil.copytree(artifacts / inputs["name"], self.ws / inputs["path"])
+            return None
+        env = self._env()
+        if uses.startswith(ACTION):
+            # The runner passes every input of action.yml: the workflow's value, else the default.
+            defaults = {k: _expand(v.get("default", ""), self.outputs) for k, v in _action_inputs().items()}
+            unknown = set(inputs) - set(defaults)
+            assert not unknown, f"inputs action.yml does not declare: {unknown}"
+            env.update({f"INPUT_{k.upper()}": v for k, v in {**defaults, **inputs}.items()})
+            cmd = [sys.executable, "-m", "gatekeeper.action"]
+        else:
+            assert "run" in step and not uses, f"a step this test does not know how to run: {step}"
+            env.update({k: _expand(v, self.outputs) for k, v in (step.get("env") or {}).items()})
+            script = self.ws.parent / "step.sh"
+            script.write_text(_expand(step["run"], self.outputs))
+            cmd = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]  # GitHub's default shell
+        proc = subprocess.run(cmd, cwd=self.ws, env=env, capture_output=True, text=True, timeout=600)
+        self.results.append(proc)
+        for line in (self.ws.parent / "output").read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and step.get("id") and "<<" not in name:
+                self.outputs[f"steps.{step['id']}.outputs.{name}"] = value
+        return proc
+
+    def job(self, steps: list[dict[str, Any]], artifacts: Path) -> subprocess.CompletedProcess | None:
+        """All steps, stopping at the first that fails (as a job does); the last process run."""
+        last = None
+        for step in steps:
+            proc = self.step(step, artifacts)
+            if proc is not None:
+                last = proc
+                if proc.returncode != 0:
+                    break
+        return last
+
+
+@pytest.fixture(scope="module")
+def fork_eval(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fork-eval.yml run on a fork PR that proposes the harmless checkpoint; the artifacts folder."""
+    root = tmp_path_factory.mktemp("fork-eval")
+    ws = _workspace(root / "ws")
+    shutil.copytree(EXAMPLES / "checkpoints" / "harmless", ws / "checkpoints" / "candidate")
+    payload = {"pull_request": {"number": PR, "head": {"sha": HEAD, "repo": {"full_name": "evil/fork", "fork": True}},
+                                "base": {"sha": "a" * 40, "repo": {"full_name": REPO}}}}
+    runner = Runner(ws, "pull_request", payload, "http://127.0.0.1:9")
+    artifacts = root / "artifacts"
+    runner.job(_steps("fork-eval.yml"), artifacts)
+    assert [p.returncode for p in runner.results] == [0, 0], [p.stdout[-2000:] + p.stderr[-2000:]
+                                                              for p in runner.results]
+    return artifacts
+
+
+def _report(fork_eval: Path, tmp_path: Path, gh: FakeGitHub, head_of_pr: str) -> tuple[Runner, Any]:
+    ws = _workspace(tmp_path / "ws")
+    _fake_gh_cli(tmp_path / "bin", head_of_pr)
+    payload = {"workflow_run": {"id": 777, "head_sha": HEAD, "event": "pull_request", "conclusion": "success",
+                                "pull_requests": []}}  # GitHub lists no PRs for a fork's run
+    runner = Runner(ws, "workflow_run", payload, gh.url, path_prefix=tmp_path / "bin")
+    return runner, runner.job(_steps("fork-report.yml"), fork_eval)
+
+
+@pytest.mark.lmeval
+def test_fork_eval_artifact_has_the_run_two_levels_down_and_the_pr_number(fork_eval: Path) -> None:
+    artifact = fork_eval / "gatekeeper-run"
+    assert (artifact / "pr-number").read_text().strip() == str(PR)
+    (results,) = artifact.glob("run-777-1-*/*/results_*.json")
+    assert find_results_file(artifact)[0] == results
+
+
+@pytest.mark.lmeval
+def test_fork_report_compares_the_artifact_and_comments_on_the_pr(fork_eval: Path, tmp_path: Path,
+                                                                   gh: FakeGitHub) -> None:
+    gh.add_pr(PR, HEAD)
+    runner, last = _report(fork_eval, tmp_path, gh, head_of_pr=HEAD)
+    assert [p.returncode for p in runner.results] == [0, 0], last.stdout[-3000:] + last.stderr[-2000:]
+    assert runner.outputs["steps.pr.outputs.number"] == str(PR)
+    (body,) = gh.comment_bodies(PR)
+    assert body.startswith("### ✅") and "no regression" in body
+    assert [ln for ln in last.stdout.splitlines() if TOKEN in ln] == [f"::add-mask::{TOKEN}"]
+    assert TOKEN not in last.stderr
+
+
+@pytest.mark.lmeval
+def test_fork_report_refuses_a_pr_number_that_does_not_match_the_evaluated_commit(
+    fork_eval: Path, tmp_path: Path, gh: FakeGitHub
+) -> None:
+    gh.add_pr(PR, HEAD)
+    runner, last = _report(fork_eval, tmp_path, gh, head_of_pr="d" * 40)
+    assert len(runner.results) == 1 and last.returncode == 1  # the compare step never runs
+    assert f"::error::PR #{PR} head is {'d' * 40}, not {HEAD}" in last.stdout
+    assert gh.comment_bodies(PR) == []
+
+
+# ------------------------------------------------------------------ layouts (no evaluation)
+
+
+def _results(folder: Path, ts: str = "2026-12-01T00-00-00.000001") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"results_{ts}.json"
+    path.write_text("{}")
+    return path
+
+
+def test_gatekeeper_run_out_folder_is_found_two_levels_down(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    want = _results(out / "run-1-1-20261201T000000" / "org__model")
+    (out / "pr-number").write_text("12\n")
+    found, notes = find_results_file(out)
+    assert found == want and notes == [f"using run-1-1-20261201T000000/org__model under {out}"]
+    assert find_results_file(out / "run-1-1-20261201T000000") == (want, [])  # one level: no note
+
+
+def test_two_runs_in_the_out_folder_are_refused_not_guessed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _results(out / "run-1-1-20261201T000000" / "org__model")
+    _results(out / "run-2-1-20261201T010000" / "org__model")
+    with pytest.raises(GateError, match=re.escape(
+            f"{out}: 2 run folders with results (run-1-1-20261201T000000/org__model, "
+            "run-2-1-20261201T010000/org__model); pass one of them")):
+        find_results_file(out)
+
+
+def test_results_one_level_down_win_over_deeper_ones(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    want = _results(out / "model")
+    _results(out / "old" / "model")
+    assert find_results_file(out) == (want, [])
+
+
+def test_three_levels_down_is_not_searched(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _results(out / "a" / "b" / "c")
+    with pytest.raises(GateError, match="no results_"):
+        find_results_file(out)
