@@ -155,14 +155,13 @@ def test_merged_gives_the_same_verdict_as_unsharded(merged: Path, demo_run, tmp_
 
 @needs_lm_eval
 def test_merged_run_can_become_the_baseline(merged: Path, tmp_path: Path) -> None:
-    suite = tmp_path / "suite.yaml"
-    data = yaml.safe_load(DEMO_SUITE.read_text())
-    data["include_path"] = str(DEMO_SUITE.parent / "tasks")
-    data["baseline"] = str(tmp_path / "b.json.gz")
-    suite.write_text(yaml.safe_dump(data))
+    # The demo suite, unchanged (same hash), beside a copy of its tasks and without a baseline.
+    shutil.copytree(DEMO_SUITE.parent / "tasks", tmp_path / "tasks")
+    suite = tmp_path / DEMO_SUITE.name
+    shutil.copy(DEMO_SUITE, suite)
     proc = _cli("baseline", "record", str(merged), "--suite", str(suite))
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "b.json.gz").is_file()
+    assert (tmp_path / ".gatekeeper" / "baselines" / "demo.json.gz").is_file()
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, pattern: str) -> None:
