@@ -41,11 +41,12 @@ MANIFEST_NAME = results.MANIFEST_NAME
 # results.json fields that must be equal in every shard (the rest is per-machine context).
 _SAME_RESULTS = ("configs", "versions", "n-shot", "higher_is_better", "lm_eval_version",
                  "group_subtasks", "chat_template_sha", "system_instruction_sha", "fewshot_as_multiturn",
-                 "model_name", "model_name_sanitized")
+                 "model_name", "model_name_sanitized", "transformers_version", "max_length", "eot_token_id",
+                 "tokenizer_pad_token", "tokenizer_eos_token", "tokenizer_bos_token")
 _SAME_CONFIG = ("model", "model_args", "model_dtype", "bootstrap_iters", "gen_kwargs",
                 "random_seed", "numpy_seed", "torch_seed", "fewshot_seed")
 _SAME_MANIFEST = ("suite_hash", "suite_name", "model_files", "lm_eval_version", "dtype", "seeds",
-                  "limit", "tasks", "revision")
+                  "limit", "tasks", "revision", "torch_version", "transformers_version")
 # lm-eval bootstraps these aggregations' stderr (random draws): not recomputable, written "N/A".
 _CLOSED_FORM_STDERR = {"mean"}
 

@@ -257,3 +257,18 @@ def test_few_shot_prompts_of_a_shard_equal_the_unsharded_ones(tmp_path: Path) ->
     strip = ("date", "total_evaluation_time_seconds")
     w, g = _results(tmp_path / "whole"), _results(tmp_path / "merged")
     assert {k: v for k, v in g.items() if k not in strip} == {k: v for k, v in w.items() if k not in strip}
+
+
+def test_sharded_workflow_merges_every_shard_before_gating() -> None:
+    doc = yaml.safe_load((ROOT / "docs" / "workflows" / "sharded.yml").read_text())
+    jobs = doc["jobs"]
+    shard_run = " ".join(str(s.get("run", "")) for s in jobs["shard"]["steps"])
+    env = next(s["env"] for s in jobs["shard"]["steps"] if "env" in s)
+    assert "gatekeeper run" in shard_run and '--shard "$SHARD"' in shard_run
+    assert env["SHARD"] == "${{ matrix.shard }}/${{ strategy.job-total }}"  # N is the matrix size
+    assert jobs["shard"]["runs-on"][:2] == ["self-hosted", "gpu"]
+    assert jobs["gate"]["needs"] == "shard"  # never gates part of the suite
+    steps = jobs["gate"]["steps"]
+    merge = next(i for i, s in enumerate(steps) if "gatekeeper merge" in str(s.get("run", "")))
+    gate = next(i for i, s in enumerate(steps) if s.get("with", {}).get("command") == "compare")
+    assert merge < gate and steps[gate]["with"]["candidate"] in steps[merge]["run"]
