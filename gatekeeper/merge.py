@@ -73,10 +73,22 @@ def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
     shards = [_load_shard(Path(d)) for d in shard_dirs]
     _check_set(shards)
     _check_same(shards)
-    lines = {task: _merge_task(shards, task) for task in sorted(shards[0].data["configs"])}
-    data = _merged_results(shards, lines)
+    merged = {task: _merge_task(shards, task) for task in sorted(shards[0].data["configs"])}
+    data = _merged_results(shards, merged)
+    lines = {task: [line for line, _ in items] for task, items in merged.items()}
     target = Path(out_dir) / str(data.get("model_name_sanitized") or shards[0].results_file.parent.name)
+    fresh = not Path(out_dir).exists()
     _check_out(Path(out_dir), target)
+    try:
+        return _write(shards, data, lines, Path(out_dir), target)
+    except BaseException:
+        if fresh and Path(out_dir).is_dir() and not any(Path(out_dir).iterdir()):
+            Path(out_dir).rmdir()  # we made it; a failed merge leaves nothing behind
+        raise
+
+
+def _write(shards: list[ShardRun], data: dict[str, Any], lines: dict[str, list[str]], out_dir: Path,
+           target: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-merge-", dir=out_dir))
     try:
         folder = tmp / target.name
@@ -160,13 +172,13 @@ def _check_same(shards: list[ShardRun]) -> None:
                                 "merge shards of one model, suite and settings")
 
 
-def _merge_task(shards: list[ShardRun], task: str) -> list[str]:
-    """The task's samples lines from every shard, in lm-eval's order; checks the documents
-    are disjoint, complete and those each shard's manifest says."""
+def _merge_task(shards: list[ShardRun], task: str) -> list[tuple[str, dict[str, Any]]]:
+    """The task's samples (line, parsed) from every shard, in lm-eval's order; checks the
+    documents are disjoint, complete and those each shard's manifest says."""
     total = shards[0].info["items"].get(task)
     if not isinstance(total, int):
         raise GateError(f"{shards[0].folder}: shard manifest has no item count for task {task}")
-    by_filter: dict[str, dict[int, str]] = {}
+    by_filter: dict[str, dict[int, tuple[str, dict[str, Any]]]] = {}
     owner: dict[tuple[str, int], Path] = {}
     for s in shards:
         path = results._samples_path(s.results_file, task)
@@ -175,8 +187,12 @@ def _merge_task(shards: list[ShardRun], task: str) -> list[str]:
             for line in fh:
                 if not line.strip():
                     continue
-                item = json.loads(line)
-                filt, doc = item["filter"], item["doc_id"]
+                try:
+                    item = json.loads(line)
+                    filt, doc = item["filter"], item["doc_id"]
+                except (ValueError, KeyError, TypeError):
+                    raise GateError(f"{path}: a line is not an lm-eval sample (no filter/doc_id); "
+                                    "re-run this shard") from None
                 if not first <= doc < end:
                     raise GateError(f"{path}: doc {doc} is outside this shard's documents [{first}, {end}) "
                                     "(shard edited or mixed up?)")
@@ -184,7 +200,7 @@ def _merge_task(shards: list[ShardRun], task: str) -> list[str]:
                     raise GateError(f"{path}: doc {doc} ({filt}) is also in {owner[(filt, doc)]}; "
                                     "shards overlap, pass each shard once")
                 owner[(filt, doc)] = path
-                by_filter.setdefault(filt, {})[doc] = line if line.endswith("\n") else line + "\n"
+                by_filter.setdefault(filt, {})[doc] = (line if line.endswith("\n") else line + "\n", item)
     out = []
     for filt, docs in by_filter.items():
         if len(docs) != total:
@@ -198,13 +214,13 @@ def _merge_task(shards: list[ShardRun], task: str) -> list[str]:
 # ----------------------------------------------------------------------------- recomputation
 
 
-def _merged_results(shards: list[ShardRun], lines: dict[str, list[str]]) -> dict[str, Any]:
+def _merged_results(shards: list[ShardRun], merged: dict[str, list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
     data = copy.deepcopy(shards[0].data)
     config = data.setdefault("config", {})
     boot = config.get("bootstrap_iters")
     task_hashes = {}
-    for task, task_lines in lines.items():
-        items = [json.loads(line) for line in task_lines]
+    for task, pairs in merged.items():
+        items = [item for _, item in pairs]
         entry = data["results"][task]
         n = _recompute_task(task, data["configs"][task], entry, items, boot)
         data["n-samples"][task] = {"original": data["n-samples"][task]["original"], "effective": n}
