@@ -272,3 +272,31 @@ def test_sharded_workflow_merges_every_shard_before_gating() -> None:
     merge = next(i for i, s in enumerate(steps) if "gatekeeper merge" in str(s.get("run", "")))
     gate = next(i for i, s in enumerate(steps) if s.get("with", {}).get("command") == "compare")
     assert merge < gate and steps[gate]["with"]["candidate"] in steps[merge]["run"]
+
+
+@needs_lm_eval
+def test_merged_group_scores_equal_lm_evals_weighted_and_unweighted(tmp_path: Path) -> None:
+    """A group with a plain (unweighted) mean and an explicit filter list, subtasks of different
+    sizes (a fractional limit): the merged group entry is the one lm-eval computes unsharded."""
+    shutil.copytree(DEMO_SUITE.parent / "tasks", tmp_path / "tasks")
+    group = yaml.safe_load((tmp_path / "tasks" / "demo_mc.yaml").read_text())
+    group["aggregate_metric_list"] = [
+        {"metric": "acc", "aggregation": "mean", "weight_by_size": True, "filter_list": ["none"]},
+        {"metric": "acc_norm", "aggregation": "mean", "weight_by_size": False},
+    ]
+    (tmp_path / "tasks" / "demo_mc.yaml").write_text(yaml.safe_dump(group))
+    data = yaml.safe_load(DEMO_SUITE.read_text())
+    data["tasks"] = [{"name": "demo_mc", "limit": 0.1, "metrics": [{"metric": "acc", "filter": "none"}]}]
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump(data))
+    model = checkpoint_arg("base")
+    whole = _cli("run", "--suite", str(suite), "--model", model, "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    parts = [_run_shard(suite, model, tmp_path / f"p{k}", f"{k}/2") for k in (1, 2)]
+    proc = _cli("merge", "--out", str(tmp_path / "merged"), *(str(p) for p in parts))
+    assert proc.returncode == 0, proc.stderr
+    w, g = _results(tmp_path / "whole"), _results(tmp_path / "merged")
+    assert w["n-samples"]["demo_arith_mc"]["effective"] != w["n-samples"]["demo_capitals_mc"]["effective"]
+    leaves = [w["results"][t]["acc_norm,none"] for t in ("demo_arith_mc", "demo_capitals_mc")]
+    assert w["groups"]["demo_mc"]["acc_norm,none"] == sum(leaves) / 2  # really the unweighted mean
+    assert {k: v for k, v in g.items() if k not in _WHEN} == {k: v for k, v in w.items() if k not in _WHEN}
