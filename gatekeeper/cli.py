@@ -143,8 +143,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from gatekeeper import runner
+    from gatekeeper.shard import parse_shard
     from gatekeeper.suite import load_suite
 
+    shard = parse_shard(args.shard) if args.shard else None
     suite = load_suite(args.suite)
     run_dir = runner.run_suite(
         suite,
@@ -156,16 +158,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         limit=args.limit,
         log=_out,  # progress lines quote task names and lm-eval's messages
+        shard=shard,
     )
-    _out(f"run written to {run_dir}")
+    _out(f"{'shard ' + str(shard) if shard else 'run'} written to {run_dir}")
+    return EXIT_OK
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from gatekeeper.merge import merge_shards
+
+    run_dir = merge_shards([Path(d) for d in args.shards], Path(args.out))
+    _out(f"merged {len(args.shards)} shards into {run_dir}")
     return EXIT_OK
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from gatekeeper import report
-    from gatekeeper.gate import run_gate
+    from gatekeeper.gate import gate_run, run_gate
 
     _check_writable(args.json, args.markdown)
+    if (args.model is None) == (args.run is None):
+        raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run), not both")
+    if args.run is not None:
+        if args.record_missing or args.out or args.revision or args.device:
+            raise GateError("gate --run: --record-missing, --out, --revision and --device apply only to "
+                            "--model; record a baseline with `gatekeeper baseline record RUN_DIR --suite ...`")
+        result = gate_run(args.suite, args.run, baseline=args.baseline)
+        code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)})
+        if args.print_markdown:
+            print()
+            _out(report.render_markdown(result.outcome))
+        return code
     # Without --out the run is a temp folder, removed when the gate is done (kept with --out).
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
     try:
@@ -286,11 +309,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", help="override the suite's batch size (int or auto)")
     p.add_argument("--dtype", help="override the suite's dtype")
     p.add_argument("--limit", type=float, help="override every task's limit (debugging only)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="evaluate only shard K of N (K from 1): 1/N of every task's items; "
+                        "join the N shard folders with `gatekeeper merge`")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("gate", help="run the suite, compare with the stored baseline, decide")
+    p = sub.add_parser("gate", help="run the suite (or take --run), compare with the stored baseline, decide")
     p.add_argument("--suite", required=True)
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", help="checkpoint to evaluate now (local dir or hub id)")
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="gate an existing run (`gatekeeper run` or `merge` output) without evaluating")
     p.add_argument("--revision")
     p.add_argument("--baseline", help="baseline file (default: the suite's)")
     p.add_argument("--out", help="run output directory (default: a temporary directory)")
@@ -301,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_flags(p)
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("merge", help="join the N folders of `run --shard K/N` into one run")
+    p.add_argument("--out", required=True, help="output directory for the merged run")
+    p.add_argument("shards", nargs="+", metavar="SHARD_DIR", help="the shard folders, all N of them")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("baseline", help="record, promote or show the stored baseline")
     bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)

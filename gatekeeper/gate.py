@@ -90,6 +90,30 @@ def run_gate(
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome))
 
 
+def gate_run(
+    suite_path: str | Path,
+    run: str | Path,
+    *,
+    baseline: str | Path | None = None,
+    policy: Policy | None = None,
+) -> GateResult:
+    """``gatekeeper gate --run``: gate a run made elsewhere (another job, ``gatekeeper merge``)
+    against the stored baseline, without evaluating. A missing baseline is an error here (no
+    ``--record-missing``): record one on purpose with ``gatekeeper baseline record``."""
+    from gatekeeper import report
+    from gatekeeper.suite import load_suite
+
+    suite = load_suite(suite_path)
+    base_path = Path(baseline) if baseline else suite.baseline_path
+    if base_path.exists() and not base_path.is_file():
+        raise GateError(f"{base_path}: baseline path is a directory, expected a .json.gz file")
+    if not base_path.exists():
+        raise GateError(f"{base_path}: no baseline file; record one on purpose with "
+                        f"`gatekeeper baseline record {run} --suite {suite.path}`")
+    outcome = compare_paths(base_path, run, suite, policy)
+    return GateResult(outcome.exit_code, outcome, None, Path(run), report.to_json(outcome))
+
+
 # ----------------------------------------------------------------------------- one path
 
 
@@ -157,6 +181,11 @@ def _run_differences(run: RunResults, suite: Suite, side: str) -> list[str]:
     prov = run.provenance
     man = prov.manifest or {}
     out: list[str] = []
+    shard = man.get("shard")
+    if isinstance(shard, dict):  # part of a run: gating it alone would judge 1/N of the items
+        out.append(f"{side} is shard {shard.get('index')}/{shard.get('count')} of a run, not a whole run "
+                   "(join the shards first: gatekeeper merge --out DIR SHARD_DIR...)")
+        return out
     produced = names.from_run(run)
     leaves = set(prov.configs) | set(produced.leaves)
     covered: set[str] = set()

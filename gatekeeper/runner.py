@@ -39,6 +39,7 @@ from typing import Any
 from gatekeeper import __version__, names
 from gatekeeper.model import GateError
 from gatekeeper.names import Produced, RunPlan
+from gatekeeper.shard import Shard, selection
 from gatekeeper.suite import Suite
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
@@ -81,6 +82,8 @@ class RunManifest:
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     results_file: str | None = None
     samples_files: dict[str, str] = field(default_factory=dict)
+    # ``run --shard K/N``: which documents this run covers (``shard_manifest``); None when whole.
+    shard: dict[str, Any] | None = None
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -107,17 +110,19 @@ def run_suite(
     limit: int | float | str | None = None,
     log: Log = print,
     preflight: Callable[[RunPlan], Any] | None = None,
+    shard: Shard | None = None,
 ) -> Path:
     """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
 
     Once lm-eval has built the tasks, and before it evaluates anything, every name in the
     suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
-    ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there)."""
+    ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there).
+    ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards)."""
     out_dir = Path(out_dir)
     fresh = not out_dir.exists()
     try:
         return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
-                    dtype=dtype, limit=limit, log=log, preflight=preflight)
+                    dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard)
     except BaseException:
         if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # we made it; a failed run leaves nothing behind
@@ -126,7 +131,7 @@ def run_suite(
 
 def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
          batch_size: Any, dtype: str | None, limit: Any, log: Log,
-         preflight: Callable[[RunPlan], Any] | None) -> Path:
+         preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None) -> Path:
     started, t0 = _utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
     local = check_model(model)
@@ -148,12 +153,14 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
         if preflight is not None:
             preflight(plan)
+        picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
         settings.device = _resolve_device(settings.device)
         log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
     try:
         with _quiet_output(log, t0):
-            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0)
+            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0,
+                                          shard_docs(picked) if picked is not None else None)
         ended = _utc_now()
         manifest = RunManifest(
             model=model,
@@ -178,6 +185,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             wall_seconds=round(time.perf_counter() - t0, 3),
             results_file=results.name,
             samples_files={t: p.name for t, p in _samples_files(produced, results).items()},
+            shard=picked,
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:
@@ -381,12 +389,12 @@ def _resolve_device(requested: str) -> str:
 
 
 def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path, log: Log,
-              t0: float) -> tuple[Path, Path]:
+              t0: float, docs: dict[str, list[int]] | None = None) -> tuple[Path, Path]:
     import lm_eval
     from lm_eval.evaluator_utils import get_sample_size
     from lm_eval.loggers import EvaluationTracker
 
-    limit, samples = _limits(leaves, s.limit, get_sample_size)
+    limit, samples = _limits(leaves, s.limit, get_sample_size) if docs is None else (None, docs)
     tracker = EvaluationTracker(output_path=str(tmp))
     seeds = suite.seeds
     try:
@@ -445,6 +453,94 @@ def _limits(leaves: dict, cli_limit: Any, get_sample_size: Callable) -> tuple[An
         n = min(get_sample_size(task, lim), len(task.eval_docs))
         samples[name] = list(range(n))
     return None, samples
+
+
+# ----------------------------------------------------------------------------- shards (run --shard K/N)
+
+
+def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dict[str, Any]:
+    """Which documents shard K/N evaluates, and what ``gatekeeper merge`` needs to rebuild the
+    whole run: the per-task item counts, the ``limit`` the unsharded run would hand lm-eval, and
+    each group's aggregation (results.json does not record it). Also makes few-shot prompts
+    identical to the unsharded run's (``_replay_fewshot``)."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    sizes = {}
+    for name, (task, spec) in leaves.items():
+        original = len(task.eval_docs)
+        lim = cli_limit if cli_limit is not None else spec.limit
+        sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
+    ranges = selection(sizes, shard)
+    for name, (first, _) in ranges.items():
+        _replay_fewshot(leaves[name][0], first)
+    return {
+        "index": shard.index,
+        "count": shard.count,
+        "docs": {name: list(r) for name, r in sorted(ranges.items())},
+        "items": dict(sorted(sizes.items())),
+        "limit": _limits(leaves, cli_limit, get_sample_size)[0],
+        "groups": _group_aggregations(top),
+    }
+
+
+def shard_docs(picked: dict[str, Any]) -> dict[str, list[int]]:
+    """lm-eval's ``samples`` argument for a shard: sorted document indices per task (lm-eval
+    labels the i-th selected document with ``samples[task][i]``, so they must be sorted)."""
+    return {name: _IndexList(range(first, end)) for name, (first, end) in picked["docs"].items()}
+
+
+class _IndexList(list):
+    """A list whose ``in`` is a set lookup: lm-eval 0.4.13 tests ``i in samples`` for every
+    document of the task, which is quadratic on a plain list of 12k indices."""
+
+    def __init__(self, items: Any) -> None:
+        super().__init__(items)
+        self._set = frozenset(self)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._set
+
+
+def _replay_fewshot(task: Any, first: int) -> None:
+    """lm-eval draws few-shot examples from one seeded RNG, document after document, so the
+    examples for document i depend on the documents before it. A shard starting at ``first``
+    builds (and throws away) the prompts of documents 0..first-1 before its own, so its
+    prompts, and their prompt_hash, equal the unsharded run's."""
+    if first == 0 or not task.get_config("num_fewshot"):
+        return
+    real = task.fewshot_context
+    done = []
+
+    def fewshot_context(doc: Any, *args: Any, **kwargs: Any) -> Any:
+        if not done:
+            done.append(True)
+            docs = task.eval_docs
+            for i in range(first):
+                kw = dict(kwargs)
+                if "gen_prefix" in kw:  # the prefix belongs to the document
+                    kw["gen_prefix"] = task.doc_to_prefix(docs[i])
+                real(docs[i], *args, **kw)
+        return real(doc, *args, **kwargs)
+
+    task.fewshot_context = fewshot_context
+
+
+def _group_aggregations(top: list) -> dict[str, Any]:
+    """{group: {"leaves": [...], "aggregate": [{metric, filter_list, weight_by_size, aggregation}]}}
+    for every group (nested too), as lm-eval's ``Group.aggregate`` will use them."""
+    out: dict[str, Any] = {}
+    groups = [g for g in top if hasattr(g, "get_all_groups")]
+    for group in groups + [sub for g in groups for sub in g.get_all_groups()]:
+        out[group.name] = {
+            "leaves": [t.task_name for t in group.get_all_tasks()],
+            "aggregate": [
+                {"metric": a.metric, "filter_list": a.filter_list, "weight_by_size": bool(a.weight_by_size),
+                 "aggregation": a.aggregation if isinstance(a.aggregation, str)
+                 else f"!function {getattr(a.aggregation, '__name__', '?')}"}
+                for a in group.aggregate_metric_list or []
+            ],
+        }
+    return out
 
 
 def _verify_output(produced: Path, results: dict) -> Path:
