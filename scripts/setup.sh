@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install gatekeeper (distribution `gatekeeper-eval`) into it with the given extras, e.g. `eval,dev`.
+# Create .venv (once) and install gatekeeper (the distribution is named gatekeeper-eval on PyPI)
+# into it with the given extras, e.g. `eval,dev`.
 # Quiet on success; on failure prints the end of pip's log and exits 2.
 # torch is pinned by the `eval` extra: an unpinned torch pulls a multi-GB CUDA build.
 set -euo pipefail

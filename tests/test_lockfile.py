@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,6 +52,8 @@ def parse_lock(text: str) -> dict[str, tuple[str, list[str]]]:
 
 
 def declared() -> list[Requirement]:
+    import tomllib  # Python 3.11+, like the image; imported here as in test_packaging
+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     return [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["eval"]]
 
