@@ -370,7 +370,7 @@ DIGEST_REF = "ghcr.io/your-org/gatekeeper@sha256:" + "0123456789abcdef" * 4
 
 def test_release_pins_every_action_by_commit_sha_with_its_version():
     text = RELEASE.read_text()
-    uses = re.findall(r"uses:\s*(\S+)(.*)", text)
+    uses = re.findall(r"^\s*(?:- )?uses:\s*(\S+)(.*)$", text, re.M)  # steps, not comments
     assert {u.split("@")[0] for u, _ in uses} >= {"docker/login-action", "docker/build-push-action"}
     for ref, rest in uses:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{ref}: pin by full commit SHA"
@@ -386,7 +386,7 @@ def test_release_runs_only_on_source_tags_with_least_privilege():
     assert jobs["action"]["permissions"] == {"contents": "write"} and jobs["action"]["needs"] == "image"
     builds = [s for s in jobs["image"]["steps"] if str(s.get("uses", "")).startswith("docker/build-push-action")]
     assert [s["with"].get("file", "Dockerfile") for s in builds] == ["Dockerfile", "docker/gpu-job.Dockerfile"]
-    assert all(str(s["with"]["push"]) == "true" for s in builds)
+    assert all(s["with"]["push"] is True for s in builds)
     # The job image is built FROM the action image just pushed, by digest: one locked stack.
     assert builds[1]["with"]["build-args"] == "BASE=${{ steps.names.outputs.image }}@${{ steps.action.outputs.digest }}"
     run = " ".join(s.get("run", "") for s in jobs["action"]["steps"])
