@@ -99,7 +99,12 @@ check() {  # check WHAT EXPECTED_EXIT COMMAND...: run it, compare its exit code;
     failures=$((failures + 1))
   fi
 }
-device_of() { "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["device"])' "$1/gatekeeper-manifest.json"; }
+ran_as() {  # ran_as RUN_DIR: "<device> <dtype>" from the run's manifest, or nothing
+  local manifest
+  for manifest in "$1"/*/gatekeeper-manifest.json; do
+    [ -f "$manifest" ] && "$PY" -c 'import json, sys; m = json.load(open(sys.argv[1])); print(m["device"], m["dtype"])' "$manifest"
+  done
+}
 
 echo "== verdicts on $device ($dtypes), outputs in $out"
 for dt in $dtypes; do
@@ -107,11 +112,12 @@ for dt in $dtypes; do
     check "run $ckpt $dt" 0 "$PY" -m gatekeeper run --suite "$SUITE" --model "examples/checkpoints/$ckpt" \
       --dtype "$dt" --device "$gk_device" --out "$out/$dt/$ckpt"
   done
-  if [ "$dry" = 0 ] && [ -f "$out/$dt/base/gatekeeper-manifest.json" ]; then
-    ran_on=$(device_of "$out/$dt/base")
-    if [[ $ran_on == "$device"* ]]; then echo "ok    $dt ran on $ran_on"
-    else echo "FAIL  $dt ran on $ran_on, not $device"; failures=$((failures + 1)); fi
-  fi
+  for ckpt in base harmless regressed; do  # no silent fallback to the CPU or another dtype
+    [ "$dry" = 1 ] && continue
+    got=$(ran_as "$out/$dt/$ckpt")
+    if [[ $got == "$device"*" $dt" ]]; then echo "ok    $ckpt $dt ran as: $got"
+    else echo "FAIL  $ckpt $dt ran as '${got:-no manifest found}', expected $device $dt"; failures=$((failures + 1)); fi
+  done
   check "harmless vs base, $dt: pass" 0 "$PY" -m gatekeeper compare "$out/$dt/base" "$out/$dt/harmless" --suite "$SUITE"
   check "regressed vs base, $dt: regression" 1 "$PY" -m gatekeeper compare "$out/$dt/base" "$out/$dt/regressed" --suite "$SUITE"
   if [ "$dt" = float32 ]; then
