@@ -115,14 +115,6 @@ def test_dockerfile_installs_the_lock_hash_checked_before_the_source():
     assert "!requirements/runtime.txt" in ignore
 
 
-def test_compile_script_is_shellcheck_clean():
-    from tests.test_packaging import tool
-
-    result = subprocess.run([tool("shellcheck"), str(REPO / "requirements" / "compile.sh")],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
-
-
 def test_recorded_packages_are_the_locked_ones(lock):
     for name in packages.RESULT_PACKAGES:
         assert name == "torch" or canonicalize_name(name) in lock, f"{name} is recorded but not locked"
