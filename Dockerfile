@@ -13,10 +13,19 @@ ENV PYTHONUNBUFFERED=1 \
     TQDM_MININTERVAL=30 \
     HF_HUB_DISABLE_TELEMETRY=1
 
-# The heavy, pinned evaluation stack first, in a layer that depends on nothing but this line:
-# editing gatekeeper's source or pyproject.toml must not reinstall torch and lm-eval.
-# PyPI's Linux torch wheel bundles the CUDA runtime, so the runner host only needs the driver.
-RUN pip install --no-cache-dir "torch==2.13.0" "lm-eval[hf]==0.4.13"
+# The heavy, pinned evaluation stack first, in layers that depend on nothing but these lines and
+# the lockfile: editing gatekeeper's source or pyproject.toml must not reinstall torch and lm-eval.
+# PyPI's Linux torch wheel bundles the CUDA runtime, so the runner host only needs the driver;
+# torch pins those CUDA libraries (nvidia-*, triton) exactly itself.
+RUN pip install --no-cache-dir "torch==2.13.0"
+
+# Everything else the evaluation runs on (lm-eval, transformers, tokenizers, datasets, accelerate,
+# numpy, scipy, ...) at the exact versions and file hashes of requirements/runtime.txt, compiled
+# from pyproject.toml by requirements/compile.sh: results change when these change. --no-deps:
+# nothing outside the lock gets in; `pip check` below proves the lock is complete.
+COPY requirements/runtime.txt /tmp/requirements-runtime.txt
+RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/requirements-runtime.txt \
+ && rm /tmp/requirements-runtime.txt
 
 # git: on pull requests the action reads the baseline and the policy at the PR's base commit
 # (gatekeeper/gitbase.py). Debian's git is security-patched in place, so it is not pinned.
@@ -27,7 +36,7 @@ RUN apt-get update \
 
 COPY pyproject.toml README.md /tmp/gatekeeper-src/
 COPY gatekeeper /tmp/gatekeeper-src/gatekeeper
-RUN pip install --no-cache-dir /tmp/gatekeeper-src \
+RUN pip install --no-cache-dir --no-deps /tmp/gatekeeper-src \
  && rm -rf /tmp/gatekeeper-src \
  && pip check \
  && python -c "import gatekeeper.action"

@@ -281,7 +281,20 @@ def _manifest(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
         for key in sorted(set(bf) | set(cf))
         if _differs(bf.get(key, _MISSING), cf.get(key, _MISSING))
     ]
-    return out
+    return out + _packages(b.get("package_versions"), c.get("package_versions"))
+
+
+def _packages(b: Any, c: Any) -> list[str]:
+    """Runtime package versions (gatekeeper/packages.py), compared only where both runs recorded
+    them: a baseline from before they were recorded must not bury the report in "unset" lines.
+    torch and transformers are already named from their own fields."""
+    if not isinstance(b, dict) or not isinstance(c, dict):
+        return []
+    return [
+        f"{name} version: {_fmt(b.get(name))} in baseline, {_fmt(c.get(name))} in candidate"
+        for name in sorted(set(b) | set(c))
+        if name not in ("torch", "transformers") and _differs(b.get(name), c.get(name))
+    ]
 
 
 def _flatten(d: dict[str, Any], prefix: str = "manifest ") -> dict[str, Any]:

@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gatekeeper import __version__, names
+from gatekeeper import __version__, names, packages
 from gatekeeper.model import GateError
 from gatekeeper.names import Produced, RunPlan
 from gatekeeper.shard import Shard, selection
@@ -79,6 +79,8 @@ class RunManifest:
     end: str
     wall_seconds: float
     gatekeeper_version: str = __version__
+    # Versions of the locked runtime packages (gatekeeper/packages.py); compare names a difference.
+    package_versions: dict[str, str | None] = field(default_factory=packages.installed_versions)
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     results_file: str | None = None
     samples_files: dict[str, str] = field(default_factory=dict)
@@ -204,7 +206,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
 def check_lm_eval(suite: Suite) -> str:
     """The installed lm-eval version, which must equal the suite's pin."""
     if importlib.util.find_spec("lm_eval") is None:
-        raise GateError("lm-eval is not installed; install gatekeeper[eval] (pins lm-eval[hf]==0.4.13)")
+        raise GateError("lm-eval is not installed; pip install 'gatekeeper-eval[eval]' (pins lm-eval[hf]==0.4.13)")
     installed = _version("lm_eval") or _version("lm-eval")
     if installed != suite.lm_eval_version:
         raise GateError(

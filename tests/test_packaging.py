@@ -135,8 +135,12 @@ def test_dockerfile_pins_the_eval_stack_like_pyproject():
     eval_extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["eval"]
     runs = " ".join(args for w, args in dockerfile_instructions() if w == "RUN")
     pins = set(re.findall(r'"([A-Za-z0-9_.\-\[\]]+==[0-9][^"\s]*)"', runs))
-    assert {"torch==2.13.0", "lm-eval[hf]==0.4.13"} <= pins
-    assert set(eval_extra) <= pins, f"Dockerfile pins {sorted(pins)} differ from pyproject eval extra {eval_extra}"
+    # torch in its own layer; lm-eval and the rest from the hash-locked requirements/runtime.txt,
+    # whose agreement with pyproject tests/test_lockfile.py checks.
+    assert "torch==2.13.0" in pins and "torch==2.13.0" in eval_extra
+    assert "lm-eval[hf]==0.4.13" in eval_extra
+    lock = (REPO / "requirements" / "runtime.txt").read_text()
+    assert re.search(r"^lm-eval==0\.4\.13 ", lock, re.M) and "-r /tmp/requirements-runtime.txt" in runs
 
 
 def test_dockerfile_installs_dependencies_before_copying_the_source():
@@ -353,3 +357,85 @@ def test_manual_dispatch_inputs_are_ones_the_action_honours():
     assert names <= set(action_mod.DISPATCHABLE), names - set(action_mod.DISPATCHABLE)
     choices = doc["on"]["workflow_dispatch"]["inputs"]["command"]["options"]
     assert set(choices) <= set(action_mod.COMMANDS)
+
+
+# -- release: prebuilt image, job-container image, the action pinned to the image ---------------
+
+
+RELEASE = REPO / ".github" / "workflows" / "release.yml"
+GPU_JOB_DOCKERFILE = REPO / "docker" / "gpu-job.Dockerfile"
+PIN_SCRIPT = REPO / "docker" / "pin-action-image.sh"
+DIGEST_REF = "ghcr.io/your-org/gatekeeper@sha256:" + "0123456789abcdef" * 4
+
+
+def test_release_pins_every_action_by_commit_sha_with_its_version():
+    text = RELEASE.read_text()
+    uses = re.findall(r"^\s*(?:- )?uses:\s*(\S+)(.*)$", text, re.M)  # steps, not comments
+    assert {u.split("@")[0] for u, _ in uses} >= {"docker/login-action", "docker/build-push-action"}
+    for ref, rest in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{ref}: pin by full commit SHA"
+        assert re.search(r"#\s*v\d+\.\d+\.\d+", rest), f"{ref}: name the version in a comment"
+
+
+def test_release_runs_only_on_source_tags_with_least_privilege():
+    doc = load_yaml(RELEASE)
+    assert doc["on"] == {"push": {"tags": ["src-v*"]}}
+    assert doc["permissions"] == {"contents": "read"}
+    jobs = workflow_jobs(doc)
+    assert jobs["image"]["permissions"] == {"contents": "read", "packages": "write"}
+    assert jobs["action"]["permissions"] == {"contents": "write"} and jobs["action"]["needs"] == "image"
+    builds = [s for s in jobs["image"]["steps"] if str(s.get("uses", "")).startswith("docker/build-push-action")]
+    assert [s["with"].get("file", "Dockerfile") for s in builds] == ["Dockerfile", "docker/gpu-job.Dockerfile"]
+    assert all(s["with"]["push"] is True for s in builds)
+    # The job image is built FROM the action image just pushed, by digest: one locked stack.
+    assert builds[1]["with"]["build-args"] == "BASE=${{ steps.names.outputs.image }}@${{ steps.action.outputs.digest }}"
+    run = " ".join(s.get("run", "") for s in jobs["action"]["steps"])
+    assert 'bash docker/pin-action-image.sh "$IMAGE" action.yml' in run
+
+
+def test_gpu_job_dockerfile_is_hadolint_clean_and_built_on_the_action_image():
+    result = subprocess.run([tool("hadolint"), "--no-color", str(GPU_JOB_DOCKERFILE)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = GPU_JOB_DOCKERFILE.read_text()
+    assert re.search(r"^ARG BASE=ghcr\.io/\S+/gatekeeper:\S+$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE\}$", text, re.M) and "RUN pip" not in text  # nothing installed beside the lock
+
+
+def _pin(tmp_path: Path, ref: str, text: str | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    target = tmp_path / "action.yml"
+    target.write_text(text if text is not None else (REPO / "action.yml").read_text())
+    return subprocess.run(["bash", str(PIN_SCRIPT), ref, str(target)], capture_output=True, text=True), target
+
+
+def test_pinning_the_action_image_changes_only_runs_image(tmp_path):
+    result, target = _pin(tmp_path, DIGEST_REF)
+    assert result.returncode == 0, result.stderr
+    pinned, original = load_yaml(target), action()
+    assert pinned["runs"] == {"using": "docker", "image": f"docker://{DIGEST_REF}"}
+    assert {k: v for k, v in pinned.items() if k != "runs"} == {k: v for k, v in original.items() if k != "runs"}
+    schema = json.loads((SCHEMAS / "github-action.json").read_text())
+    assert not list(jsonschema.Draft7Validator(schema).iter_errors(pinned))
+
+
+@pytest.mark.parametrize("ref", [
+    "ghcr.io/your-org/gatekeeper:0.1.0",  # a tag can be re-pushed: digest only
+    "ghcr.io/your-org/gatekeeper@sha256:abc",
+    "ghcr.io/your-org/gatekeeper@sha256:" + "0" * 64 + "; rm -rf /",
+])
+def test_pinning_refuses_anything_but_a_digest(tmp_path, ref):
+    result, target = _pin(tmp_path, ref)
+    assert result.returncode == 2 and "pinned by digest" in result.stderr
+    assert target.read_text() == (REPO / "action.yml").read_text()
+
+
+def test_pinning_refuses_an_already_pinned_action(tmp_path):
+    once, target = _pin(tmp_path, DIGEST_REF)
+    again, _ = _pin(tmp_path, DIGEST_REF, target.read_text())
+    assert once.returncode == 0 and again.returncode == 2 and "already pinned" in again.stderr
+
+
+@pytest.mark.parametrize("script", ["docker/pin-action-image.sh", "requirements/compile.sh", "scripts/gpu_check.sh"])
+def test_release_and_check_scripts_are_shellcheck_clean(script):
+    result = subprocess.run([tool("shellcheck"), str(REPO / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
