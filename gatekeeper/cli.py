@@ -107,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         dtype=args.dtype,
         limit=args.limit,
+        cache_dir=args.cache,
     )
     print(f"run written to {run_dir}")
     return EXIT_OK
@@ -202,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", help="override the suite's batch size (int or auto)")
     p.add_argument("--dtype", help="override the suite's dtype")
     p.add_argument("--limit", type=float, help="override every task's limit (debugging only)")
+    p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
+                   "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("gate", help="run the suite, compare with the stored baseline, decide")
