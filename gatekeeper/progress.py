@@ -59,8 +59,8 @@ class Progress:
             self._last = now
             self._emit(now)
 
-    def finish(self) -> None:
-        if self.phase is not None and self.total:
+    def finish(self, *, report: bool = True) -> None:
+        if report and self.phase is not None and self.total:
             self._emit(self._clock())
         self.phase = None
 
@@ -105,9 +105,12 @@ def track(model_class: type, progress: Progress) -> Iterator[None]:
                 return inner(self, requests, *args, **kwargs)
             progress.start(name, len(requests))
             try:
-                return inner(self, requests, *args, **kwargs)
-            finally:
-                progress.finish()
+                out = inner(self, requests, *args, **kwargs)
+            except BaseException:
+                progress.finish(report=False)  # the error says what happened
+                raise
+            progress.finish()
+            return out
 
         return run
 

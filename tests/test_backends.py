@@ -195,7 +195,7 @@ lmeval = pytest.mark.lmeval
 def server():
     if not lm_eval_installed():
         pytest.skip("lm-eval is not installed")
-    srv = CompletionsServer(root=ROOT).start()
+    srv = CompletionsServer(root=ROOT).preload(*(f"{CKPT}/{n}" for n in ("base", "harmless", "regressed"))).start()
     yield srv
     srv.stop()
 
@@ -266,10 +266,10 @@ def test_progress_lines_in_a_real_run(api_runs: dict) -> None:
 @lmeval
 @pytest.mark.parametrize("fault", ["500", "drop", "hang"])
 def test_endpoint_failures_end_in_exit_2_without_a_verdict(fault: str, tmp_path: Path) -> None:
-    srv = CompletionsServer(root=ROOT, fault=fault, fail_after=2, hang_s=20).start()
+    srv = CompletionsServer(root=ROOT, fault=fault, fail_after=2, hang_s=60).preload(f"{CKPT}/base").start()
     try:
         suite = _write_suite(tmp_path, backend="local-completions", base_url=srv.url,
-                             model_args={"max_retries": 1, "timeout": 3})
+                             model_args={"max_retries": 1, "timeout": 15})
         proc = _run_cli("run", "--suite", str(suite), "--model", f"{CKPT}/base", "--out", str(tmp_path / "out"),
                         "--limit", "8", timeout=300)
     finally:
