@@ -445,7 +445,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     tracker = EvaluationTracker(output_path=str(tmp))
     seeds = suite.seeds
     try:
-        with _known_noise(), _progress(s.backend.name, log, t0):
+        with _known_noise(), _progress(s.backend.name, log, t0), _empty_answers() as empty:
             results = lm_eval.simple_evaluate(
                 model=s.backend.name,
                 model_args=dict(s.model_args),
@@ -472,6 +472,10 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
         raise GateError(f"lm-eval failed while evaluating {s.model_args['pretrained']}: {_one_line(exc)}") from None
     if results is None:
         raise GateError("lm-eval returned no results (not rank 0?)")
+    if empty.count:
+        raise GateError(f"{s.backend.args.get('base_url', s.backend.name)}: the endpoint answered {empty.count} "
+                        "request(s) with null content, which lm-eval scores as empty text; no verdict on "
+                        "partial answers: check the server's logs and generation limits, then re-run")
     samples_out = results.pop("samples")
     # Exactly what lm_eval/_cli/run.py does after simple_evaluate.
     tracker.save_results_aggregated(results=results, samples=samples_out)
@@ -585,6 +589,28 @@ def _git_commit_hash() -> str | None:
     if out is not None and out.returncode == 0:
         return out.stdout.strip()
     return get_commit_from_path(os.getcwd())
+
+
+class _CountEmpty(logging.Filter):
+    """Counts lm-eval's "API returned null content" warnings (an answer replaced by "")."""
+
+    count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "API returned null content" in str(record.msg):
+            self.count += 1
+        return True
+
+
+@contextlib.contextmanager
+def _empty_answers() -> Iterator[_CountEmpty]:
+    counter = _CountEmpty()
+    logger = logging.getLogger("lm_eval.models.api_models")
+    logger.addFilter(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeFilter(counter)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ the way vLLM's server answers what lm-eval 0.4.13's ``local-completions`` client
   first ``stop`` string (OpenAI semantics: the stop string is not returned).
 
 Faults for the failure tests, from the ``fail_after``-th request on: ``"500"`` (HTTP 500),
-``"drop"`` (connection closed without an answer), ``"hang"`` (no answer for ``hang_s``).
+``"drop"`` (connection closed without an answer), ``"hang"`` (no answer for ``hang_s``),
+``"null"`` (generations answered with ``"text": null``, as a reasoning model out of tokens does).
 ``served`` counts the completions answered (the "model calls" a cache saves).
 """
 
@@ -113,7 +114,8 @@ class CompletionsServer:
             if body.get("echo"):
                 choices.append({"index": i, **self._echo(model, tok, ids)})
             else:
-                text = self._generate(model, tok, ids, int(body.get("max_tokens") or 16), body.get("stop"))
+                text = None if self.fault == "null" else \
+                    self._generate(model, tok, ids, int(body.get("max_tokens") or 16), body.get("stop"))
                 choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": "stop"})
         return {"id": "cmpl-test", "object": "text_completion", "model": body["model"], "choices": choices}
 

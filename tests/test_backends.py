@@ -20,6 +20,7 @@ from gatekeeper import backends
 from gatekeeper.model import GateError
 from gatekeeper.progress import Progress
 from gatekeeper.results import load_run
+from gatekeeper.store import load_baseline
 from gatekeeper.suite import load_suite, load_suite_text
 from tests.completions_server import CompletionsServer
 from tests.demo_runs import DEMO_BASELINE, DEMO_SUITE, OFFLINE_ENV, ROOT, assert_same_items, lm_eval_installed
@@ -241,7 +242,7 @@ def test_served_endpoint_catches_regressed_and_passes_harmless(api_runs: dict, a
 def test_served_endpoint_matches_hf_item_by_item(api_runs: dict, demo_run) -> None:
     """The endpoint's per-item values equal the hf backend's (stored baseline from `base`, and a
     fresh hf run of `regressed`), and so does the verdict of each gated comparison."""
-    assert_same_items(load_run(DEMO_BASELINE), load_run(api_runs["base"][0]), rel=API_REL_TOL)
+    assert_same_items(load_baseline(DEMO_BASELINE), load_run(api_runs["base"][0]), rel=API_REL_TOL)
     assert_same_items(load_run(demo_run("regressed")), load_run(api_runs["regressed"][0]), rel=API_REL_TOL)
 
 
@@ -278,6 +279,22 @@ def test_endpoint_failures_end_in_exit_2_without_a_verdict(fault: str, tmp_path:
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gatekeeper: error: lm-eval failed while evaluating"), proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@lmeval
+def test_null_answers_from_the_endpoint_end_in_exit_2(tmp_path: Path) -> None:
+    """lm-eval replaces a null answer with "" and scores it: a verdict on answers never given."""
+    srv = CompletionsServer(root=ROOT, fault="null").preload(f"{CKPT}/base").start()
+    try:
+        suite = _write_suite(tmp_path, backend="local-completions", base_url=srv.url)
+        proc = _run_cli("run", "--suite", str(suite), "--model", f"{CKPT}/base", "--out", str(tmp_path / "out"),
+                        "--limit", "4", timeout=300)
+    finally:
+        srv.stop()
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and f"{srv.url}: the endpoint answered " in err[0] and "null content" in err[0], err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -332,3 +349,21 @@ def test_cache_needs_local_model_files(tmp_path: Path) -> None:
                                   files, "x")
     other = runner.request_cache_path(tmp_path, suite, s, runner.hash_model_files(ROOT / CKPT / "regressed"), "x")
     assert len({a, b, other}) == 3 and a.parent == tmp_path
+
+
+def test_backend_change_is_context_never_an_error_nor_silent() -> None:
+    import copy
+
+    from gatekeeper.compat import check_compatible
+
+    base = load_baseline(DEMO_BASELINE)
+    assert base.provenance.manifest and "backend" not in base.provenance.manifest  # recorded before backends
+    cand = copy.deepcopy(base)
+    cand.provenance.manifest["backend"] = "vllm"
+    diffs = check_compatible(base, cand)
+    assert [(d.severity, d.message) for d in diffs if "backend" in d.message] == [
+        ("context", "backend: hf in baseline, vllm in candidate (another engine's numerical noise; "
+                    "the margins are there for it)")]
+    assert not [d for d in diffs if d.severity == "error"]
+    cand.provenance.manifest["backend"] = "hf"  # an old manifest without the key is hf
+    assert not [d for d in check_compatible(base, cand) if "backend" in d.message]
