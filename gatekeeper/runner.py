@@ -452,7 +452,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
                 tasks=top,
                 num_fewshot=None,  # per task, already set on the task objects
                 batch_size=s.batch_size,
-                device=s.device,
+                device=s.device if s.backend.local_device else None,  # vLLM, servers: their own
                 limit=limit,
                 samples=samples,
                 log_samples=True,

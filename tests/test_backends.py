@@ -239,11 +239,31 @@ def test_served_endpoint_catches_regressed_and_passes_harmless(api_runs: dict, a
 
 
 @lmeval
-def test_served_endpoint_matches_hf_item_by_item(api_runs: dict, demo_run) -> None:
-    """The endpoint's per-item values equal the hf backend's (stored baseline from `base`, and a
-    fresh hf run of `regressed`), and so does the verdict of each gated comparison."""
+def test_served_endpoint_matches_hf_item_by_item(api_runs: dict, api_suite: Path, demo_gate,
+                                                 tmp_path: Path) -> None:
+    """The endpoint's per-item values equal the hf backend's (the stored baseline, from `base`,
+    and a fresh hf gate of `regressed`), and so does the verdict of every comparison."""
     assert_same_items(load_baseline(DEMO_BASELINE), load_run(api_runs["base"][0]), rel=API_REL_TOL)
-    assert_same_items(load_run(demo_run("regressed")), load_run(api_runs["regressed"][0]), rel=API_REL_TOL)
+    hf = demo_gate("regressed")
+    assert_same_items(load_run(hf.run_dir), load_run(api_runs["regressed"][0]), rel=API_REL_TOL)
+    report = tmp_path / "api.json"
+    proc = _run_cli("compare", str(api_runs["base"][0]), str(api_runs["regressed"][0]), "--suite",
+                    str(api_suite), "--json", str(report))
+    assert proc.returncode == hf.exit_code == 1, proc.stderr
+
+    def rows(rep: dict) -> dict:
+        return {(c["task"], c["filter"], c["metric"]): c for c in rep["comparisons"]}
+
+    api, ref = rows(json.loads(report.read_text())), rows(hf.report)
+    assert set(api) == set(ref)
+    for key, c in api.items():
+        assert c["delta"] == pytest.approx(ref[key]["delta"], rel=1e-3, abs=1e-6), key
+        # Gated comparisons decide the suite: same verdict. (An informational metric whose delta
+        # is ~1e-7 with margin 0 may read regressed on one engine, inconclusive on the other:
+        # that noise is what margins are for.)
+        if c["gated"]:
+            assert c["verdict"] == ref[key]["verdict"], key
+    assert any(c["gated"] and c["verdict"] == "regressed" for c in api.values())
 
 
 @lmeval
