@@ -109,39 +109,41 @@ class CompletionsServer:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         prompts = [tok(p, add_special_tokens=False).input_ids if isinstance(p, str) else list(p) for p in prompts]
-        choices = []
-        for i, ids in enumerate(prompts):
-            if body.get("echo"):
-                choices.append({"index": i, **self._echo(model, tok, ids)})
-            else:
+        if body.get("echo"):
+            choices = [{"index": i, **c} for i, c in enumerate(self._echo(model, tok, prompts))]
+        else:
+            choices = []
+            for i, ids in enumerate(prompts):
                 text = None if self.fault == "null" else \
                     self._generate(model, tok, ids, int(body.get("max_tokens") or 16), body.get("stop"))
                 choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": "stop"})
         return {"id": "cmpl-test", "object": "text_completion", "model": body["model"], "choices": choices}
 
-    def _echo(self, model: Any, tok: Any, ids: list[int]) -> dict:
+    def _echo(self, model: Any, tok: Any, batch: list[list[int]]) -> list[dict]:
+        """One forward pass over the right-padded batch (a causal model's real positions never
+        see the padding, as in lm-eval's hf backend); per prompt token its logprob and the top-1."""
         import torch
 
+        width = max(len(ids) for ids in batch)
+        inp = torch.tensor([ids + [0] * (width - len(ids)) for ids in batch])
         with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0]
-        lp = torch.log_softmax(logits.float(), dim=-1)
-        best = lp.argmax(dim=-1).tolist()
-        rows = lp.tolist()
+            lp = torch.log_softmax(model(inp, attention_mask=torch.ones_like(inp)).logits.float(), dim=-1)
+        best_lp, best = lp.max(dim=-1)
         piece = self._pieces[id(tok)]
-        token_lp: list[float | None] = [None]
-        top: list[dict[str, float] | None] = [None]
-        for pos in range(1, len(ids)):
-            row, actual, arg = rows[pos - 1], ids[pos], best[pos - 1]
-            token_lp.append(row[actual])
+        out = []
+        for row, ids in enumerate(batch):
+            n = len(ids)
+            actual = lp[row, torch.arange(n - 1), torch.tensor(ids[1:], dtype=torch.long)].tolist()
+            arg, arg_lp = best[row, :n].tolist(), best_lp[row, :n].tolist()
             # the argmax last: if two tokens decode alike, the dict keeps the larger logprob
-            top.append({piece[actual]: row[actual], piece[arg]: row[arg]})
-        nxt = best[-1]
-        token_lp.append(rows[-1][nxt])
-        top.append({piece[nxt]: rows[-1][nxt]})
-        tokens = [piece[t] for t in [*ids, nxt]]
-        return {"text": tok.decode([*ids, nxt]), "finish_reason": "length",
-                "logprobs": {"tokens": tokens, "token_logprobs": token_lp, "top_logprobs": top,
-                             "text_offset": [0] * len(tokens)}}
+            top = [None] + [{piece[ids[p]]: actual[p - 1], piece[arg[p - 1]]: arg_lp[p - 1]} for p in range(1, n)]
+            nxt = arg[n - 1]
+            tokens = [piece[t] for t in [*ids, nxt]]
+            out.append({"text": tok.decode([*ids, nxt]), "finish_reason": "length",
+                        "logprobs": {"tokens": tokens, "token_logprobs": [None, *actual, arg_lp[n - 1]],
+                                     "top_logprobs": [*top, {piece[nxt]: arg_lp[n - 1]}],
+                                     "text_offset": [0] * len(tokens)}})
+        return out
 
     def _generate(self, model: Any, tok: Any, ids: list[int], max_tokens: int, stop: Any) -> str:
         import torch

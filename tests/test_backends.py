@@ -98,6 +98,27 @@ def test_local_completions_args_use_the_checkpoint_tokenizer() -> None:
                          "max_retries": 2, "timeout": 30}
 
 
+def test_chat_completions_args_leave_tokenization_to_the_server() -> None:
+    m = _model(backend="local-chat-completions", base_url="http://h:8000/v1/chat/completions", chat_template=True)
+    plan = backends.plan(m, "served-model-name", dtype="auto", revision=None)
+    assert plan.args == {"pretrained": "served-model-name", "base_url": "http://h:8000/v1/chat/completions"}
+
+
+def test_other_lm_eval_types_pass_through_with_model_args() -> None:
+    m = _model(backend="sglang", model_args={"tp_size": 2})
+    plan = backends.plan(m, "m", dtype="bfloat16", revision=None)
+    assert (plan.name, plan.args, plan.local_device) == ("sglang", {"pretrained": "m", "dtype": "bfloat16",
+                                                                    "tp_size": 2}, True)
+
+
+def test_progress_interval_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.progress import DEFAULT_INTERVAL, interval_from_env
+
+    for value, expected in (("0.5", 0.5), ("junk", DEFAULT_INTERVAL), ("-1", DEFAULT_INTERVAL)):
+        monkeypatch.setenv("GATEKEEPER_PROGRESS_SECONDS", value)
+        assert interval_from_env() == expected
+
+
 @pytest.mark.parametrize(("keys", "needle"), [
     ({"backend": "hf", "tensor_parallel_size": 2}, "model.tensor_parallel_size applies to backend vllm, not hf"),
     ({"backend": "vllm", "base_url": "http://x/v1/completions"}, "model.base_url applies to backend"),
