@@ -307,6 +307,20 @@ def test_progress_lines_in_a_real_run(api_runs: dict) -> None:
 
 
 @lmeval
+def test_concurrent_requests_give_the_same_items(server: CompletionsServer, tmp_path: Path) -> None:
+    """num_concurrent > 1 takes lm-eval's async (aiohttp) path: same answers, same items."""
+    runs = []
+    for n in (1, 4):
+        suite = _write_suite(tmp_path, f"s{n}.yaml", backend="local-completions", base_url=server.url,
+                             num_concurrent=n)
+        proc = _run_cli("run", "--suite", str(suite), "--model", f"{CKPT}/base", "--out", str(tmp_path / f"c{n}"),
+                        "--limit", "30")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(load_run(tmp_path / f"c{n}"))
+    assert_same_items(runs[0], runs[1], rel=1e-6)
+
+
+@lmeval
 @pytest.mark.parametrize("fault", ["500", "drop", "hang"])
 def test_endpoint_failures_end_in_exit_2_without_a_verdict(fault: str, tmp_path: Path) -> None:
     srv = CompletionsServer(root=ROOT, fault=fault, fail_after=2, hang_s=60).preload(f"{CKPT}/base").start()
