@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Wall time of `gatekeeper run` against the plain `lm_eval` CLI on the same suite and model.
 
-    python benchmarks/run_overhead.py [--suite FILE --model DIR] [--reps 2]
+    python benchmarks/run_overhead.py [--suite FILE --model DIR] [--reps 2] [--no-cli]
 
 Without --suite/--model it uses examples/gatekeeper.yaml + examples/checkpoints/base when they
 exist, else a throwaway tiny GPT-2 and the runner test tasks (tests/fixtures/runner_tasks).
 Both commands run as fresh subprocesses (imports included), alternating, offline, on the same
 device; the script prints each wall time, the medians and their ratio.
+
+Then the request cache (``gatekeeper run --cache DIR``): a cold run (empty cache) and a warm
+re-run of the unchanged checkpoint, with the number of requests answered from the cache.
+``--no-cli`` skips the lm_eval CLI comparison (the cache figures only).
 """
 
 from __future__ import annotations
@@ -88,12 +92,32 @@ def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _cache_figures(suite: Path, model: str, device: str, env: dict[str, str], scratch: Path) -> None:
+    """Cold (empty cache) vs warm (everything cached) `gatekeeper run --cache`."""
+    cache = scratch / "cache"
+    walls = []
+    for label in ("cold", "warm"):
+        cmd = [sys.executable, "-m", "gatekeeper", "run", "--suite", str(suite), "--model", model,
+               "--out", str(scratch / f"cache-{label}"), "--device", device, "--cache", str(cache)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+        walls.append(time.perf_counter() - t0)
+        if proc.returncode != 0:
+            sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+        hits = sum(int(line.split("request cache: ")[1].split()[0])
+                   for line in proc.stdout.splitlines() if "answered from the cache" in line)
+        print(f"request cache {label}: {walls[-1]:6.2f} s wall, {hits} requests answered from the cache")
+    print(f"request cache: warm re-run {walls[1]:.2f} s vs cold {walls[0]:.2f} s "
+          f"({100 * (1 - walls[1] / walls[0]):.0f}% saved)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite")
     ap.add_argument("--model")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--device", default=None, help="default: cuda if available else cpu")
+    ap.add_argument("--no-cli", action="store_true", help="only the request-cache figures")
     args = ap.parse_args()
     device = args.device
     if device is None:
@@ -107,7 +131,7 @@ def main() -> int:
         suite, model = _inputs(args, scratch)
         print(f"suite {suite}\nmodel {model}\ndevice {device}")
         gk_t, cli_t = [], []
-        for rep in range(args.reps):
+        for rep in range(0 if args.no_cli else args.reps):
             gk_out, cli_out = scratch / f"gk{rep}", scratch / f"cli{rep}"
             gk = [sys.executable, "-m", "gatekeeper", "run", "--suite", str(suite), "--model", model,
                   "--out", str(gk_out), "--device", device]
@@ -115,9 +139,10 @@ def main() -> int:
             cli_t.append(_time(_lm_eval_cmd(suite, model, cli_out, device), env))
             print(f"rep {rep + 1}: gatekeeper run {gk_t[-1][0]:6.2f} s wall {gk_t[-1][1]:6.2f} s CPU   "
                   f"lm_eval CLI {cli_t[-1][0]:6.2f} s wall {cli_t[-1][1]:6.2f} s CPU")
-        for i, what in enumerate(("wall", "CPU")):
+        for i, what in enumerate(("wall", "CPU") if gk_t else ()):
             g, c = statistics.median(t[i] for t in gk_t), statistics.median(t[i] for t in cli_t)
             print(f"median {what}: gatekeeper run {g:.2f} s, lm_eval CLI {c:.2f} s, ratio gatekeeper/CLI {g / c:.2f}")
+        _cache_figures(suite, model, device, env, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

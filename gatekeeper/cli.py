@@ -159,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         limit=args.limit,
         log=_out,  # progress lines quote task names and lm-eval's messages
         shard=shard,
+        cache_dir=args.cache,
     )
     _out(f"{'shard ' + str(shard) if shard else 'run'} written to {run_dir}")
     return EXIT_OK
@@ -312,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", metavar="K/N",
                    help="evaluate only shard K of N (K from 1): 1/N of every task's items; "
                         "join the N shard folders with `gatekeeper merge`")
+    p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
+                   "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("gate", help="run the suite (or take --run), compare with the stored baseline, decide")

@@ -270,6 +270,11 @@ def _manifest(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     if not b or not c:
         return []  # only one side has a manifest: nothing meaningful to compare
     out = []
+    # A manifest without "backend" predates the key: those runs all used lm-eval's hf.
+    b_backend, c_backend = b.get("backend") or "hf", c.get("backend") or "hf"
+    if b_backend != c_backend:
+        out.append(f"backend: {b_backend} in baseline, {c_backend} in candidate (another engine's "
+                   "numerical noise; the margins are there for it)")
     b_files, c_files = b.get("model_files") or {}, c.get("model_files") or {}
     changed = sorted(name for name in set(b_files) | set(c_files) if b_files.get(name) != c_files.get(name))
     if changed:

@@ -36,7 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gatekeeper import __version__, names, packages
+from gatekeeper import __version__, backends, names, packages
+from gatekeeper import progress as progress_lines
+from gatekeeper.backends import BackendPlan
 from gatekeeper.model import GateError
 from gatekeeper.names import Produced, RunPlan
 from gatekeeper.shard import Shard, selection
@@ -86,6 +88,10 @@ class RunManifest:
     samples_files: dict[str, str] = field(default_factory=dict)
     # ``run --shard K/N``: which documents this run covers (``shard_manifest``); None when whole.
     shard: dict[str, Any] | None = None
+    backend: str = "hf"
+    backend_versions: dict[str, str] = field(default_factory=dict)
+    model_args: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] | None = None
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -98,6 +104,8 @@ class _Settings:
     device: str
     limit: int | float | None
     chat_template: bool
+    backend: BackendPlan
+    cache: Path | None = None  # lm-eval's use_cache path (it appends "_rank0.db")
 
 
 def run_suite(
@@ -113,8 +121,12 @@ def run_suite(
     log: Log = print,
     preflight: Callable[[RunPlan], Any] | None = None,
     shard: Shard | None = None,
+    cache_dir: Path | str | None = None,
 ) -> Path:
     """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
+
+    ``cache_dir`` (else ``$GATEKEEPER_CACHE``; default off) keeps lm-eval's request cache, keyed
+    by the model files, the suite hash and the backend arguments: a killed run resumes there.
 
     Once lm-eval has built the tasks, and before it evaluates anything, every name in the
     suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
@@ -124,7 +136,8 @@ def run_suite(
     fresh = not out_dir.exists()
     try:
         return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
-                    dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard)
+                    dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard,
+                    cache_dir=cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None)
     except BaseException:
         if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # we made it; a failed run leaves nothing behind
@@ -133,9 +146,12 @@ def run_suite(
 
 def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
          batch_size: Any, dtype: str | None, limit: Any, log: Log,
-         preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None) -> Path:
+         preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None,
+         cache_dir: Path | str | None = None) -> Path:
     started, t0 = _utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
+    settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
+    backends.check_available(settings.backend.name, str(suite.path))
     local = check_model(model)
     if local is not None:
         for var in OFFLINE_VARS:  # a local model needs no network; the user's env wins
@@ -146,8 +162,10 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars make unreadable CI logs
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as the lm_eval CLI does
 
-    settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
     files = hash_model_files(local) if local is not None else {}
+    if cache_dir is not None:
+        settings.cache = request_cache_path(Path(cache_dir), suite, settings, files, model)
+        log(f"request cache: {settings.cache}_rank0.db")
     with _quiet_output(log, t0):
         task_manager = _task_manager(suite, settings.model_args)
         top, leaves, groups = _load_tasks(suite, task_manager)
@@ -156,8 +174,12 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         if preflight is not None:
             preflight(plan)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
-        settings.device = _resolve_device(settings.device)
-        log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
+        if settings.backend.local_device:
+            settings.device = _resolve_device(settings.device)
+            log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
+        else:
+            log(f"backend: {settings.backend.name}" + (f" at {settings.backend.args['base_url']}"
+                                                      if settings.backend.served else ""))
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
     try:
         with _quiet_output(log, t0):
@@ -188,6 +210,10 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             results_file=results.name,
             samples_files={t: p.name for t, p in _samples_files(produced, results).items()},
             shard=picked,
+            backend=settings.backend.name,
+            backend_versions=backends.versions(settings.backend.name),
+            model_args=backends.public_args(settings.backend.args),
+            cache=None if settings.cache is None else {"path": f"{settings.cache}_rank0.db"},
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:
@@ -206,7 +232,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
 def check_lm_eval(suite: Suite) -> str:
     """The installed lm-eval version, which must equal the suite's pin."""
     if importlib.util.find_spec("lm_eval") is None:
-        raise GateError("lm-eval is not installed; pip install 'gatekeeper-eval[eval]' (pins lm-eval[hf]==0.4.13)")
+        raise GateError("lm-eval is not installed; pip install 'gatekeeper-eval[eval]' (pins lm-eval[hf,api]==0.4.13)")
     installed = _version("lm_eval") or _version("lm-eval")
     if installed != suite.lm_eval_version:
         raise GateError(
@@ -340,14 +366,44 @@ def _settings(suite: Suite, model: str, revision: str | None, device: str | None
     m = suite.model
     dtype = dtype or m["dtype"]
     batch = _batch_size(batch_size if batch_size is not None else m["batch_size"])
-    model_args: dict[str, Any] = {"pretrained": model, "dtype": dtype}
-    if revision:
-        model_args["revision"] = revision
-    if m["trust_remote_code"]:
-        model_args["trust_remote_code"] = True
-    if m["max_length"] is not None:
-        model_args["max_length"] = m["max_length"]
-    return _Settings(model_args, dtype, batch, device or m["device"], _limit(limit), bool(m["chat_template"]))
+    backend = backends.plan(m, model, dtype=dtype, revision=revision, where=str(suite.path))
+    return _Settings(backend.args, dtype, batch, device or m["device"], _limit(limit),
+                     bool(m["chat_template"]), backend)
+
+
+# ----------------------------------------------------------------------------- request cache
+
+CACHE_ENV = "GATEKEEPER_CACHE"
+# model_args that do not change a response (transport, parallelism): left out of the cache key.
+_CACHE_NEUTRAL = ("pretrained", "timeout", "max_retries", "num_concurrent", "auth_token", "header",
+                  "verify_certificate", "ca_cert_path", "parallelize", "tensor_parallel_size",
+                  "data_parallel_size", "gpu_memory_utilization", "max_batch_size")
+
+
+def request_cache_path(cache_dir: Path, suite: Suite, s: _Settings, files: dict[str, str],
+                       model: str) -> Path:
+    """``<cache_dir>/<suite>-<key>``: the key is the sha256 of the model files' sha256s, the
+    suite hash, the lm-eval version, the backend and the arguments that change a response
+    (dtype, tokenizer, max_length, the endpoint's URL, ...). lm-eval's cache keys a request by
+    its arguments only, so everything that can change the answer must be in the file name."""
+    if not files:
+        raise GateError(f"{model}: --cache needs a local checkpoint directory (its files' sha256 "
+                        "key the cache); run without --cache for a hub id")
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise GateError(f"{cache_dir}: --cache is a file; give a directory")
+    key = {
+        "model_files": files,
+        "suite_hash": suite.hash,
+        "lm_eval": suite.lm_eval_version,
+        "backend": s.backend.name,
+        "model_args": {k: v for k, v in s.backend.args.items() if k not in _CACHE_NEUTRAL},
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateError(f"{cache_dir}: cannot create the cache directory ({exc.strerror})") from None
+    return cache_dir / f"{suite.name}-{digest[:24]}"
 
 
 def _batch_size(value: Any) -> int | str:
@@ -400,14 +456,14 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     tracker = EvaluationTracker(output_path=str(tmp))
     seeds = suite.seeds
     try:
-        with _known_noise():
+        with _known_noise(), _progress(s.backend.name, log, t0), _empty_answers() as empty:
             results = lm_eval.simple_evaluate(
-                model="hf",
+                model=s.backend.name,
                 model_args=dict(s.model_args),
                 tasks=top,
                 num_fewshot=None,  # per task, already set on the task objects
                 batch_size=s.batch_size,
-                device=s.device,
+                device=s.device if s.backend.local_device else None,  # vLLM, servers: their own
                 limit=limit,
                 samples=samples,
                 log_samples=True,
@@ -419,6 +475,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
                 numpy_random_seed=seeds["numpy"],
                 torch_random_seed=seeds["torch"],
                 fewshot_random_seed=seeds["fewshot"],
+                use_cache=None if s.cache is None else str(s.cache),
             )
     except GateError:
         raise
@@ -426,6 +483,10 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
         raise GateError(f"lm-eval failed while evaluating {s.model_args['pretrained']}: {_one_line(exc)}") from None
     if results is None:
         raise GateError("lm-eval returned no results (not rank 0?)")
+    if empty.count:
+        raise GateError(f"{s.backend.args.get('base_url', s.backend.name)}: the endpoint answered {empty.count} "
+                        "request(s) with null content, which lm-eval scores as empty text; no verdict on "
+                        "partial answers: check the server's logs and generation limits, then re-run")
     samples_out = results.pop("samples")
     # Exactly what lm_eval/_cli/run.py does after simple_evaluate.
     tracker.save_results_aggregated(results=results, samples=samples_out)
@@ -629,6 +690,41 @@ def _git_commit_hash() -> str | None:
     return get_commit_from_path(os.getcwd())
 
 
+class _CountEmpty(logging.Filter):
+    """Counts lm-eval's "API returned null content" warnings (an answer replaced by "")."""
+
+    count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "API returned null content" in str(record.msg):
+            self.count += 1
+        return True
+
+
+@contextlib.contextmanager
+def _empty_answers() -> Iterator[_CountEmpty]:
+    counter = _CountEmpty()
+    logger = logging.getLogger("lm_eval.models.api_models")
+    logger.addFilter(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeFilter(counter)
+
+
+@contextlib.contextmanager
+def _progress(backend: str, log: Log, t0: float) -> Iterator[None]:
+    """Rate-limited progress lines (progress.py) unless stderr is a terminal (lm-eval's bars)."""
+    if sys.stderr.isatty():
+        yield
+        return
+    from lm_eval.api.registry import get_model
+
+    reporter = progress_lines.Progress(log, t0, progress_lines.interval_from_env())
+    with progress_lines.track(get_model(backend), reporter):
+        yield
+
+
 # Warnings lm-eval gives for every task of a kind, that say nothing about this run.
 _NOISE = ("Custom kwargs can be passed", "SHOULD ONLY BE USED FOR TESTING")
 
@@ -650,6 +746,8 @@ class _ProgressHandler(logging.Handler):
             self._log(f"{at} {m.group(1)}: building prompts")
         elif m := re.match(r"Running (\S+) requests", msg):
             self._log(f"{at} running {m.group(1)} requests")
+        elif m := re.match(r"Cached requests: (\d+), Requests remaining: (\d+)", msg):
+            self._log(f"{at} request cache: {m.group(1)} answered from the cache, {m.group(2)} to run")
         elif record.levelno >= logging.WARNING and not any(n in msg for n in _NOISE):
             self._log(f"{at} lm-eval {record.levelname.lower()}: {msg.splitlines()[0] if msg else ''}")
 

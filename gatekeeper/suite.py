@@ -39,6 +39,17 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "chat_template": False,
     "max_length": None,
     "trust_remote_code": False,
+    # Backend keys (see backends.py). None/False = not set: left out of the suite hash below,
+    # so suites written before these keys existed keep their hash (and their baselines).
+    "model_args": None,
+    "tokenizer": None,
+    "max_model_len": None,
+    "tensor_parallel_size": None,
+    "data_parallel_size": None,
+    "gpu_memory_utilization": None,
+    "parallelize": False,
+    "base_url": None,
+    "num_concurrent": None,
 }
 # lm-eval's own CLI defaults (``--seed 0,1234,1234,1234``), so a suite without seeds matches it.
 SEED_DEFAULTS: dict[str, Any] = {"random": 0, "numpy": 1234, "torch": 1234, "fewshot": 1234}
@@ -65,7 +76,17 @@ RULE_DEFAULTS: dict[str, Any] = {"task": "*", "filter": "*", "metric": "*", "mar
 # Settings that decide gating or file locations, not what lm-eval measures (see module doc).
 _UNHASHED_TOP = ("policy", "baseline")
 _UNHASHED_TASK = ("metrics", "cluster")
-_UNHASHED_MODEL = ("device", "batch_size")
+# Where and how fast the model runs, not what it computes: devices, parallelism, memory, the
+# endpoint's address and concurrency. backend, tokenizer, max_model_len and model_args change
+# the scores (another engine's kernels, another tokenizer, truncation): they are hashed.
+_UNHASHED_MODEL = ("device", "batch_size", "tensor_parallel_size", "data_parallel_size",
+                   "gpu_memory_utilization", "parallelize", "base_url", "num_concurrent")
+# Hashed only when set (a suite that omits them hashes as before they existed).
+_HASHED_WHEN_SET = ("model_args", "tokenizer", "max_model_len")
+# model_args keys that only decide transport (timeouts, retries, TLS, credentials).
+_UNHASHED_MODEL_ARGS = ("timeout", "max_retries", "num_concurrent", "base_url", "verify_certificate",
+                        "ca_cert_path", "auth_token", "header", "parallelize", "gpu_memory_utilization",
+                        "tensor_parallel_size", "data_parallel_size", "max_batch_size")
 
 
 @dataclass
@@ -131,12 +152,21 @@ def suite_hash(data: dict) -> str:
     doc = fill_defaults(data)
     for key in _UNHASHED_TOP:
         doc.pop(key, None)
-    for key in _UNHASHED_MODEL:
-        doc["model"].pop(key, None)
+    _model_for_hash(doc["model"])
     for task in doc["tasks"]:
         for key in _UNHASHED_TASK:
             task.pop(key, None)
     return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
+
+
+def _model_for_hash(m: dict) -> None:
+    for key in _UNHASHED_MODEL:
+        m.pop(key, None)
+    if isinstance(m.get("model_args"), dict):
+        m["model_args"] = {k: v for k, v in m["model_args"].items() if k not in _UNHASHED_MODEL_ARGS}
+    for key in _HASHED_WHEN_SET:
+        if m.get(key) in (None, {}):
+            m.pop(key, None)
 
 
 def canonical_json(obj: Any) -> str:

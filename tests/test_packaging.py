@@ -138,7 +138,7 @@ def test_dockerfile_pins_the_eval_stack_like_pyproject():
     # torch in its own layer; lm-eval and the rest from the hash-locked requirements/runtime.txt,
     # whose agreement with pyproject tests/test_lockfile.py checks.
     assert "torch==2.13.0" in pins and "torch==2.13.0" in eval_extra
-    assert "lm-eval[hf]==0.4.13" in eval_extra
+    assert "lm-eval[hf,api]==0.4.13" in eval_extra  # api: local-completions (tenacity, aiohttp)
     lock = (REPO / "requirements" / "runtime.txt").read_text()
     assert re.search(r"^lm-eval==0\.4\.13 ", lock, re.M) and "-r /tmp/requirements-runtime.txt" in runs
 
