@@ -15,6 +15,7 @@ import numpy as np
 
 from gatekeeper import stats
 from gatekeeper.compat import Difference, check_compatible, pair_series
+from gatekeeper.metrics import kind_named
 from gatekeeper.model import GateError, RunResults, SeriesKey
 from gatekeeper.policy import Policy
 from gatekeeper.stats.mcnemar import mde as mcnemar_mde
@@ -97,9 +98,10 @@ def merge_repeats(runs: list[RunResults]) -> RunResults:
 
     Tests then see one value per item: the variance that matters for "would other prompts
     agree" is across items, and averaging first removes decoding noise without
-    double-counting items. Mean metrics average the per-item value; ratio metrics average
-    the log-likelihood (the counts are the same text). Corpus metrics cannot be averaged
-    per item, so the first run's outputs are kept and a note says so.
+    double-counting items. Each kind decides (``MetricKind.average``): mean metrics average the
+    per-item value; ratio metrics average the log-likelihood (the counts are the same text).
+    Texts and labels (corpus, confusion) cannot be averaged per item, so the first run's
+    outputs are kept and a note says so.
     """
     if len(runs) == 1:
         return runs[0]
@@ -114,15 +116,12 @@ def merge_repeats(runs: list[RunResults]) -> RunResults:
                 raise GateError(f"{r.provenance.source}: {key} missing; repeated runs must measure the same metrics")
             base, cand, _ = pair_series(s, o, where=f"task {key.task} ({key.metric},{key.filter}), repeated run")
             others.append(cand)
-        if s.kind == "corpus":
-            notes.append(f"{key}: corpus metric, first run's outputs used (cannot average per item)")
+        averaged = kind_named(s.kind).average(np.stack([s.values, *others]))
+        if averaged is None:
+            notes.append(f"{key}: {s.aggregation} items cannot be averaged; the first run's outputs are used")
             merged[key] = s
             continue
-        stack = np.stack([s.values, *others])
-        values = stack.mean(axis=0)
-        if s.kind == "ratio":
-            values[:, 1] = s.values[:, 1]
-        merged[key] = replace(s, values=values)
+        merged[key] = replace(s, values=averaged)
     return replace(first, series=merged, notes=notes)
 
 

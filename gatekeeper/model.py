@@ -10,20 +10,16 @@ Nothing here imports torch, lm-eval or does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-# How per-item values turn into the task score, which decides the statistics used:
+# How per-item values turn into the task score, which decides the statistics used: the name of
+# a kind in the registry gatekeeper.metrics (KINDS), e.g.
 #   "mean":   one float per item; score = mean (acc, acc_norm, exact_match, ...)
 #   "ratio":  [loglikelihood, count] per item; score = f(sum ll, sum count)
-#             (word_perplexity, byte_perplexity, bits_per_byte; perplexity uses count=1)
-#   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, ter)
-Kind = Literal["mean", "ratio", "corpus"]
-
-# lm-eval aggregation names for "ratio" and "corpus" kinds.
-RATIO_AGGREGATIONS = ("weighted_perplexity", "bits_per_byte", "perplexity")
-CORPUS_AGGREGATIONS = ("bleu", "chrf", "ter")
+#   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, chrf++, ter)
+Kind = str
 
 
 class GateError(Exception):

@@ -46,9 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gatekeeper.metrics import KINDS, NO_PROBLEM, kind_named
 from gatekeeper.model import (
-    CORPUS_AGGREGATIONS,
-    RATIO_AGGREGATIONS,
     GateError,
     MetricSeries,
     Provenance,
@@ -61,7 +60,10 @@ if TYPE_CHECKING:
     from gatekeeper.suite import Suite
 
 FORMAT = "gatekeeper-baseline"
-FORMAT_VERSION = 1
+# 2: the kinds added with the metric-kind registry (confusion counts, brier, median, nanmean).
+# A file is written at the lowest version that can hold its kinds, so a baseline of only
+# mean/ratio/corpus metrics stays version 1 (byte-identical to older writers).
+FORMAT_VERSION = 2
 HASH_CHARS = 16  # 64 bits per item hash: collisions are irrelevant at any realistic suite size
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -303,7 +305,7 @@ def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str 
         prov["suite_hash"] = suite_hash
     body = {
         "format": FORMAT,
-        "version": FORMAT_VERSION,
+        "version": max([1] + [kind_named(s.kind).format_version for s in results.series.values()]),
         "suite": suite_name,
         "suite_hash": prov["suite_hash"],
         # The run's own start time, not "now": re-recording the same run gives the same bytes.
@@ -356,26 +358,13 @@ def _series_doc(s: MetricSeries) -> dict:
 
 
 def _values_doc(s: MetricSeries) -> list:
-    if s.kind == "mean":
-        return [float(v) for v in np.asarray(s.values, dtype=np.float64)]
-    if s.kind == "ratio":
-        return [[float(a), float(b)] for a, b in np.asarray(s.values, dtype=np.float64).reshape(-1, 2)]
-    return [[str(a), str(b)] for a, b in np.asarray(s.values, dtype=object).reshape(-1, 2)]
+    return kind_named(s.kind).to_doc(s.values)
 
 
 def _series_from(s: dict) -> MetricSeries:
     kind = s["kind"]
     n = len(s["doc_ids"])
-    if kind == "mean":
-        values = np.asarray(s["values"], dtype=np.float64).reshape(n)
-    elif kind == "ratio":
-        values = np.asarray(s["values"], dtype=np.float64).reshape(n, 2)
-    elif kind == "corpus":
-        values = np.empty((n, 2), dtype=object)
-        for i, (ref, pred) in enumerate(s["values"]):
-            values[i, 0], values[i, 1] = ref, pred
-    else:
-        raise ValueError(f"unknown series kind {kind!r}")
+    values = kind_named(kind).from_doc(s["values"], n)
     hashes = np.asarray(s["hashes"], dtype=str).reshape(n, 3) if n else np.empty((0, 3), dtype=str)
     return MetricSeries(
         key=SeriesKey(s["task"], s["filter"], s["metric"]),
@@ -701,7 +690,7 @@ def _check_document(doc: dict) -> None:
     seen = set()
     for i, s in enumerate(series):
         _want(isinstance(s, dict), f"series[{i}]", s, "an object")
-        key = _check_series_doc(i, s)
+        key = _check_series_doc(i, s, doc.get("version", 1))
         _want(key not in seen, f"series[{i}]", key, "each (task, filter, metric) once")
         seen.add(key)
 
@@ -744,14 +733,14 @@ def _check_provenance(prov: Any) -> None:
         _want(seed is None or _is_int(seed), f"provenance.seeds[{name}]", seed, "an integer or null")
 
 
-def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
+def _check_series_doc(i: int, s: dict, version: int) -> tuple[str, str, str]:
     where = f"series[{i}]"
     for key in ("task", "filter", "metric", "kind", "aggregation"):
         _want(isinstance(s.get(key), str) and s[key] != "", f"{where}.{key}", s.get(key), "a non-empty string")
-    kind, agg = s["kind"], s["aggregation"]
-    allowed = {"mean": ("mean",), "ratio": RATIO_AGGREGATIONS, "corpus": CORPUS_AGGREGATIONS}
-    _want(kind in allowed, f"{where}.kind", kind, "mean, ratio or corpus")
-    _want(agg in allowed[kind], f"{where}.aggregation", agg, f"one of {', '.join(allowed[kind])}")
+    allowed = [name for name, k in KINDS.items() if k.format_version <= version]
+    _want(s["kind"] in allowed, f"{where}.kind", s["kind"], f"one of {', '.join(allowed)} (format version {version})")
+    kind, agg = KINDS[s["kind"]], s["aggregation"]
+    _want(agg in kind.aggregations, f"{where}.aggregation", agg, f"one of {', '.join(kind.aggregations)}")
     _want(isinstance(s.get("higher_is_better"), bool), f"{where}.higher_is_better",
           s.get("higher_is_better"), "true or false")
     reported = s.get("reported")
@@ -765,15 +754,8 @@ def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
     n = len(doc_ids)
     values = s.get("values")
     _want(isinstance(values, list) and len(values) == n, f"{where}.values", values, f"a list of {n} items")
-    for v in values if not (kind == "mean" and _all_finite(values)) else ():
-        if kind == "mean":
-            _want(_is_finite(v), f"{where}.values", v, "finite numbers")
-        elif kind == "ratio":
-            _want(isinstance(v, list) and len(v) == 2 and all(_is_finite(x) for x in v),
-                  f"{where}.values", v, "[loglikelihood, count] pairs")
-        else:
-            _want(isinstance(v, list) and len(v) == 2 and all(_is_text(x) for x in v),
-                  f"{where}.values", v, "[reference, prediction] pairs of text")
+    bad = kind.doc_problem(values)
+    _want(bad is NO_PROBLEM, f"{where}.values", bad, kind.doc_want)
     hashes = s.get("hashes")
     _want(isinstance(hashes, list) and len(hashes) == n, f"{where}.hashes", hashes, f"a list of {n} items")
     for row in hashes if not _all_hashes(hashes) else ():
@@ -787,16 +769,6 @@ def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
     return s["task"], s["filter"], s["metric"]
 
 
-def _all_finite(values: list) -> bool:
-    """Fast path: plain finite numbers (no bools), checked without a Python loop per item."""
-    if not set(map(type, values)) <= {int, float}:
-        return False
-    try:
-        return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
-    except OverflowError:
-        return False
-
-
 def _all_hashes(rows: list) -> bool:
     """Fast path: every row is three hex strings of 16 to 64 digits."""
     if set(map(type, rows)) != {list} or set(map(len, rows)) != {3}:
@@ -808,10 +780,6 @@ def _all_hashes(rows: list) -> bool:
 
 
 _HEX_ONLY = re.compile(r"[0-9a-f]*")
-
-
-def _is_text(v: Any) -> bool:
-    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 def _check_series(path: Path, res: RunResults) -> None:
