@@ -297,11 +297,11 @@ def _decide(t: _Tested, p_adjusted: float | None, level: float, per_alpha: float
 
 
 def _binary_pair(base: np.ndarray, cand: np.ndarray) -> bool:
-    return base.ndim == 1 and bool(np.isin(base, (0.0, 1.0)).all() and np.isin(cand, (0.0, 1.0)).all())
+    return base.ndim == 1 and base.dtype != object and bool(np.isin(base, (0.0, 1.0)).all() and np.isin(cand, (0.0, 1.0)).all())
 
 
 def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib: bool) -> list[int]:
-    if base.ndim != 1 or not np.isin(base, (0.0, 1.0)).all() or not np.isin(cand, (0.0, 1.0)).all():
+    if base.ndim != 1 or base.dtype == object or not np.isin(base, (0.0, 1.0)).all() or not np.isin(cand, (0.0, 1.0)).all():
         return []
     good, bad = (1.0, 0.0) if hib else (0.0, 1.0)
     return [int(d) for d in doc_ids[(base == good) & (cand == bad)]]
@@ -313,6 +313,13 @@ def _refuse_gated_untestable(candidate: RunResults, policy: Policy) -> None:
              if policy.lookup(key, _parents(candidate, key.task))[1]]
     if gated:
         (key, agg), more = gated[0], len(gated) - 1
+        if agg.startswith("!function "):
+            raise GateError(
+                f"{candidate.provenance.source}: {key} is gated but its aggregation {agg!r} is the task's own "
+                f"code, which gatekeeper never runs from a results file{f' (and {more} more)' if more else ''}; "
+                f"pass --suite SUITE whose include_path (or lm-eval's bundled tasks) provides task {key.task}, "
+                f"or mark it informational (metrics: [{{metric: {key.metric}, gate: false}}])"
+            )
         raise GateError(
             f"{candidate.provenance.source}: {key} is gated but its aggregation {agg!r} cannot be tested "
             f"by gatekeeper{f' (and {more} more)' if more else ''}; mark it informational "

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -121,8 +123,15 @@ class MetricKind:
         self._check_aggregation(aggregation)
         return _finite_1d(values, name, self.name)
 
+    def accepts(self, aggregation: str) -> bool:
+        return aggregation in self.aggregations
+
+    def resamples(self, aggregation: str, values: np.ndarray, wanted: int) -> int:
+        """How many resamples an item-resampling test uses (kinds without sufficient statistics)."""
+        return wanted
+
     def _check_aggregation(self, aggregation: str) -> None:
-        if aggregation not in self.aggregations:
+        if not self.accepts(aggregation):
             raise ValueError(f"kind {self.name!r} needs aggregation in {self.aggregations}, got {aggregation!r}")
 
     def out_of_range(self, metric: str, values: np.ndarray) -> str | None:
@@ -733,6 +742,119 @@ class MedianKind(MetricKind):
         return "median-permutation"
 
 
+# ---------------------------------------------------------------------------------- function
+
+# Task-defined aggregations bound to trusted code (gatekeeper.trusted), by aggregation id
+# ``!function NAME@HASH``: the hash is of the function's source, so one id is one function.
+_FUNCTIONS: dict[str, Callable[[list[Any]], Any]] = {}
+_FUNCTION_ID = re.compile(r"!function [A-Za-z_]\w*@[0-9a-f]{12}")
+# Task functions are plain Python called once per resample: 1,000 resamples by default (a fixed
+# count, so the same inputs give the same p-value everywhere; the smallest p is 1/1001). Only a
+# function so slow that those would take more than FUNCTION_BUDGET_S gets fewer (not below
+# MIN_FUNCTION_RESAMPLES); the report then carries a warning with the count.
+FUNCTION_RESAMPLES = 1000
+FUNCTION_BUDGET_S = 60.0
+MIN_FUNCTION_RESAMPLES = 200
+
+
+def bind_function(aggregation: str, fn: Callable[[list[Any]], Any]) -> None:
+    """Make a trusted task-defined aggregation testable under its id (``trusted.aggregation_id``)."""
+    if not _FUNCTION_ID.fullmatch(aggregation):
+        raise ValueError(f"not a task-defined aggregation id: {aggregation!r}")
+    _FUNCTIONS[aggregation] = fn
+
+
+def _objects(items: Any) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
+class FunctionKind(MetricKind):
+    """``function``: a task's own ``!function`` aggregation, loaded from trusted code only
+    (the suite's include_path or lm-eval's bundled tasks; never from a results file). Per-item
+    values are whatever lm-eval logged (lists of booleans per item as IFEval's instruction
+    level, [gold, pred] pairs, dicts, numbers), kept as JSON values. No sufficient statistics:
+    items are resampled and the function is called on every resample
+    (``function-permutation``), with fewer resamples when it is slow."""
+
+    name = "function"
+    format_version = 2
+    rounding = "none"
+    doc_want = "JSON values"
+
+    def accepts(self, aggregation: str) -> bool:
+        return _FUNCTION_ID.fullmatch(aggregation) is not None
+
+    def _fn(self, aggregation: str) -> Callable[[list[Any]], Any]:
+        fn = _FUNCTIONS.get(aggregation)
+        if fn is None:
+            raise ValueError(f"{aggregation.split('@')[0]} is not loaded from trusted task code (pass --suite)")
+        return fn
+
+    def fast_values(self, aggregation: str, items: list[Any]) -> Any:
+        return list(items)
+
+    def join(self, parts: list[Any]) -> Any:
+        return list(itertools.chain.from_iterable(parts))
+
+    def item_value(self, aggregation: str, value: Any, where: str, metric: str) -> Any:
+        return value
+
+    def as_array(self, aggregation: str, items: Any) -> np.ndarray:
+        return _objects(items)
+
+    def check(self, aggregation: str, values: np.ndarray, name: str = "values") -> np.ndarray:
+        self._fn(aggregation)
+        arr = values if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1 \
+            else _objects(list(values))
+        if arr.shape[0] == 0:
+            raise ValueError(f"{name}: no items")
+        return arr
+
+    def out_of_range(self, metric: str, values: np.ndarray) -> str | None:
+        return None
+
+    def to_doc(self, values: np.ndarray) -> list[Any]:
+        return list(values)
+
+    def doc_problem(self, values: list[Any]) -> Any:
+        return NO_PROBLEM
+
+    def from_doc(self, values: list[Any], n: int) -> np.ndarray:
+        return _objects(values)
+
+    def aggregate(self, aggregation: str, values: np.ndarray) -> float:
+        return float(self._fn(aggregation)(list(self.check(aggregation, values))))
+
+    def unit_stats(self, aggregation: str, base: np.ndarray, cand: np.ndarray) -> None:
+        return None
+
+    def resample_score(self, aggregation: str, values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        fn = self._fn(aggregation)
+        return np.array([float(fn(list(values[row]))) for row in idx], dtype=np.float64)
+
+    def resamples(self, aggregation: str, values: np.ndarray, wanted: int) -> int:
+        """FUNCTION_RESAMPLES, fewer only for a function too slow for FUNCTION_BUDGET_S."""
+        count = min(wanted, FUNCTION_RESAMPLES)
+        start = time.perf_counter()
+        self._fn(aggregation)(list(values))
+        per_call = time.perf_counter() - start
+        if 2 * count * per_call <= FUNCTION_BUDGET_S:
+            return count
+        return int(max(MIN_FUNCTION_RESAMPLES, FUNCTION_BUDGET_S / (2 * per_call)))
+
+    def identical(self, base: np.ndarray, cand: np.ndarray) -> bool:
+        return all(a == b for a, b in zip(base.tolist(), cand.tolist(), strict=True))
+
+    def test_name(self, exact: bool) -> str:
+        return "function-permutation"
+
+    def average(self, stack: np.ndarray) -> np.ndarray | None:
+        return None
+
+
 # ---------------------------------------------------------------------------------- registry
 
 KINDS: dict[str, MetricKind] = {}
@@ -760,7 +882,10 @@ def kind_named(name: str) -> MetricKind:
 
 
 def kind_for(aggregation: str) -> MetricKind | None:
-    """The kind that tests ``aggregation`` (an lm-eval aggregation name), None when none can."""
+    """The kind that tests ``aggregation`` (an lm-eval aggregation name, or the id of a
+    task-defined one bound to trusted code), None when none can."""
+    if aggregation in _FUNCTIONS:
+        return KINDS["function"]
     return _BY_AGGREGATION.get(aggregation)
 
 
@@ -768,5 +893,6 @@ def known_aggregations() -> list[str]:
     return sorted(_BY_AGGREGATION)
 
 
-for _kind in (MeanKind(), RatioKind(), CorpusKind(), ConfusionKind(), BrierKind(), NanMeanKind(), MedianKind()):
+for _kind in (MeanKind(), RatioKind(), CorpusKind(), ConfusionKind(), BrierKind(), NanMeanKind(), MedianKind(),
+              FunctionKind()):
     register(_kind)

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.metrics import MetricKind, Unusual, kind_for, kind_named
+from gatekeeper import trusted
+from gatekeeper.metrics import MetricKind, Unusual, bind_function, kind_for, kind_named
 from gatekeeper.metrics import short as _short
 from gatekeeper.model import (
     GateError,
@@ -39,6 +40,7 @@ from gatekeeper.model import (
     RunResults,
     SeriesKey,
 )
+from gatekeeper.trusted import aggregation_id, function_name
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
 SNIPPET_CHARS = 300
@@ -422,6 +424,22 @@ def _kind(aggregation: str) -> MetricKind | None:
     return kind_for(aggregation)
 
 
+def _kind_of(task: str, metric: str, aggregation: str) -> tuple[MetricKind | None, str]:
+    """(kind, aggregation as the series records it). A ``!function`` aggregation, which
+    results.json holds as Python source, is never executed from there: it is testable only
+    when trusted task code (``trusted.trusted_code``: the suite's include_path or lm-eval's
+    bundled tasks) defines the same function, and is then recorded by its id."""
+    kind = kind_for(aggregation)
+    if kind is not None or function_name(aggregation) is None:
+        return kind, aggregation
+    agg_id = aggregation_id(aggregation)
+    fn = trusted.resolve(task, metric, agg_id)
+    if fn is None:
+        return None, aggregation
+    bind_function(agg_id, fn)
+    return kind_named("function"), agg_id
+
+
 # ---------------------------------------------------------------- aggregates
 
 
@@ -797,7 +815,7 @@ def _task_series(
     per_filter: dict[str, list[str]] = {}
     for (metric, filt), value in sorted(_reported_metrics(entry).items()):
         agg = aggregations.get(metric, _DEFAULT_AGGREGATION.get(metric, "mean"))
-        kind = _kind(agg)
+        kind, agg = _kind_of(task, metric, agg)
         if kind is None:
             # Recorded, not dropped: whoever gates this metric must hear that it cannot be tested.
             untestable[SeriesKey(task, filt, metric)] = aggregation_name(agg)

@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gatekeeper.metrics import KINDS, NO_PROBLEM, kind_named
+from gatekeeper import trusted
+from gatekeeper.metrics import KINDS, NO_PROBLEM, bind_function, kind_for, kind_named
 from gatekeeper.model import (
     GateError,
     MetricSeries,
@@ -327,7 +328,13 @@ def from_document(doc: dict, *, source: str) -> RunResults:
     prov_data["source"] = source
     prov = Provenance(**prov_data)
     series = {}
+    untestable = {}
     for s in doc["series"]:
+        if not _function_available(s):
+            # A task-defined aggregation with no trusted code to run it: like results.py,
+            # recorded as untestable (an error when gated), never executed from the file.
+            untestable[SeriesKey(s["task"], s["filter"], s["metric"])] = s["aggregation"].split("@")[0]
+            continue
         ms = _series_from(s)
         series[ms.key] = ms
     notes = [f"baseline recorded from {recorded_from}"] if recorded_from else []
@@ -337,7 +344,18 @@ def from_document(doc: dict, *, source: str) -> RunResults:
         groups=doc.get("groups") or {},
         group_subtasks=doc.get("group_subtasks") or {},
         notes=notes,
+        untestable=untestable,
     )
+
+
+def _function_available(s: dict) -> bool:
+    """False for a task-defined (``!function``) series whose function no trusted code provides."""
+    if s["kind"] != "function" or kind_for(s["aggregation"]) is not None:
+        return True
+    fn = trusted.resolve(s["task"], s["metric"], s["aggregation"])
+    if fn is not None:
+        bind_function(s["aggregation"], fn)
+    return fn is not None
 
 
 def _series_doc(s: MetricSeries) -> dict:
@@ -565,7 +583,8 @@ def _load_run_for(run_dir: Path, suite: Suite) -> RunResults:
     from gatekeeper import results as results_mod
     from gatekeeper.gate import check_run_matches_suite
 
-    res = results_mod.load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
+    with trusted.trusted_code(suite.include_path):
+        res = results_mod.load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
     # Suite hash, task set, lm-eval pin, n-shot, seeds, limit: refused before the file is touched.
     check_run_matches_suite(res, suite, what="run", fix="re-run it with the current suite before storing "
                             f"it as the baseline (gatekeeper run --suite {suite.path} ...)")
@@ -740,7 +759,8 @@ def _check_series_doc(i: int, s: dict, version: int) -> tuple[str, str, str]:
     allowed = [name for name, k in KINDS.items() if k.format_version <= version]
     _want(s["kind"] in allowed, f"{where}.kind", s["kind"], f"one of {', '.join(allowed)} (format version {version})")
     kind, agg = KINDS[s["kind"]], s["aggregation"]
-    _want(agg in kind.aggregations, f"{where}.aggregation", agg, f"one of {', '.join(kind.aggregations)}")
+    _want(kind.accepts(agg), f"{where}.aggregation", agg,
+          f"one of {', '.join(kind.aggregations)}" if kind.aggregations else "!function NAME@HASH")
     _want(isinstance(s.get("higher_is_better"), bool), f"{where}.higher_is_better",
           s.get("higher_is_better"), "true or false")
     reported = s.get("reported")

@@ -46,7 +46,7 @@ def test_every_aggregation_lm_eval_registers_is_testable():
 def test_each_aggregation_belongs_to_exactly_one_kind():
     seen = [agg for kind in KINDS.values() for agg in kind.aggregations]
     assert len(seen) == len(set(seen)) == len(known_aggregations())
-    assert {kind_for(a).name for a in seen} == set(KINDS)
+    assert {kind_for(a).name for a in seen} == set(KINDS) - {"function"}  # task functions: by id
     with pytest.raises(ValueError, match="unknown kind"):
         kind_named("histogram")
 
@@ -197,7 +197,7 @@ def test_regressed_checkpoint_is_caught_on_every_kind_and_harmless_passes(metric
     suite = load_suite(SUITE)
     bad = compare_paths(metric_runs["base"], metric_runs["regressed"], suite)
     assert set(_verdicts(bad).values()) == {"regressed"}, _verdicts(bad)
-    assert len(_verdicts(bad)) == 9
+    assert len(_verdicts(bad)) == 11  # 9 registered aggregations + 2 task-defined (!function)
     f1 = next(c for c in bad.comparisons if c.key.metric == "f1")
     assert f1.test.test == "confusion-permutation" and f1.test.baseline > 0.95 and f1.test.candidate < 0.7
     ok = compare_paths(metric_runs["base"], metric_runs["harmless"], suite)
@@ -216,20 +216,26 @@ def test_cli_compare_on_plain_lm_eval_runs_with_the_suite(metric_runs, which, co
 def test_baseline_format_2_round_trip_gives_the_same_decisions(metric_runs, tmp_path):
     from gatekeeper.compare import compare_runs
     from gatekeeper.suite import load_suite
+    from gatekeeper.trusted import trusted_code
 
-    run = results.load_run(metric_runs["base"])
-    path = tmp_path / "b.json.gz"
-    store.save_baseline(run, path, suite_name="metric-kinds", suite_hash=None)
+    with trusted_code(SUITE.parent):
+        run = results.load_run(metric_runs["base"])
+        path = tmp_path / "b.json.gz"
+        store.save_baseline(run, path, suite_name="metric-kinds", suite_hash=None)
+        loaded = store.load_baseline(path)
     doc = json.loads(gzip.decompress(path.read_bytes()))
     assert doc["version"] == 2
-    loaded = store.load_baseline(path)
     for key, s in run.series.items():
         back = loaded.series[key]
         assert back.kind == s.kind and back.values.dtype == s.values.dtype
-        assert np.array_equal(back.values, s.values, equal_nan=s.values.dtype != object)
+        if s.values.dtype == object:
+            assert back.values.tolist() == s.values.tolist()
+        else:
+            assert np.array_equal(back.values, s.values, equal_nan=True)
     policy = load_suite(SUITE).policy
-    cand = results.load_run(metric_runs["regressed"])
-    direct, stored = compare_runs(run, cand, policy), compare_runs(loaded, cand, policy)
+    with trusted_code(SUITE.parent):
+        cand = results.load_run(metric_runs["regressed"])
+        direct, stored = compare_runs(run, cand, policy), compare_runs(loaded, cand, policy)
     assert [(c.key, c.verdict, c.test.p_worse) for c in direct.comparisons] == \
         [(c.key, c.verdict, c.test.p_worse) for c in stored.comparisons]
 
@@ -250,3 +256,113 @@ def test_older_version_1_baselines_still_load():
     demo = Path(__file__).resolve().parents[1] / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz"
     assert json.loads(gzip.decompress(demo.read_bytes()))["version"] == 1
     assert store.load_baseline(demo).series
+
+
+# ---------------------------------------------------------------------------------- !function
+
+
+def test_task_functions_are_gated_with_the_suite(metric_runs):
+    from gatekeeper.gate import compare_paths
+    from gatekeeper.suite import load_suite
+
+    suite = load_suite(SUITE)
+    bad = compare_paths(metric_runs["base"], metric_runs["regressed"], suite)
+    by_metric = {c.key.metric: c for c in bad.comparisons}
+    for metric in ("inst_level", "wf1"):
+        c = by_metric[metric]
+        assert c.gated and c.verdict == "regressed" and c.test.test == "function-permutation", (metric, c)
+        assert c.test.n_resamples > 0
+    assert bad.baseline.series[by_metric["wf1"].key].aggregation.startswith("!function weighted_f1@")
+    ok = compare_paths(metric_runs["base"], metric_runs["harmless"], suite)
+    assert ok.verdict == "pass"
+
+
+def test_task_function_aggregates_equal_lm_eval(metric_runs):
+    from gatekeeper.trusted import trusted_code
+
+    with trusted_code(SUITE.parent):
+        for out in metric_runs.values():
+            run = results.load_run(out)
+            funcs = [s for s in run.series.values() if s.kind == "function"]
+            assert {s.key.metric for s in funcs} == {"inst_level", "wf1"} and not run.untestable
+            for s in funcs:
+                assert kind_named("function").aggregate(s.aggregation, s.values) == s.reported
+                # IFEval-like lists of booleans and (gold, pred) pairs, kept as logged
+                assert all(isinstance(v, list) for v in s.values)
+
+
+def test_bare_compare_refuses_a_gated_task_function_and_names_the_suite_fix(metric_runs):
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "compare", str(metric_runs["base"]),
+                           str(metric_runs["regressed"])], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "!function" in err and "--suite" in err and "def " not in err and "sum(flat)" not in err
+
+
+def test_function_source_in_a_results_file_is_never_executed(metric_runs, tmp_path):
+    import shutil
+
+    from gatekeeper.gate import compare_paths
+    from gatekeeper.suite import load_suite
+
+    cand = tmp_path / "cand"
+    shutil.copytree(metric_runs["regressed"], cand)
+    res = sorted(cand.glob("*/results_*.json"))[-1]  # the newest, the one compare reads
+    data = json.loads(res.read_text())
+    marker = tmp_path / "executed"
+    for item in data["configs"]["mk_custom"]["metric_list"]:
+        if item["metric"] == "inst_level":
+            item["aggregation"] = (f"def agg_inst_level(items):\n    open({str(marker)!r}, 'w').close()\n"
+                                   "    return 1.0\n")
+    res.write_text(json.dumps(data))
+    with pytest.raises(GateError, match="another version of !function agg_inst_level"):
+        compare_paths(metric_runs["base"], cand, load_suite(SUITE))
+    assert not marker.exists()
+
+
+def test_baseline_keeps_task_functions_and_needs_trusted_code_to_use_them(metric_runs, tmp_path):
+    from gatekeeper.trusted import trusted_code
+
+    path = tmp_path / "b.json.gz"
+    with trusted_code(SUITE.parent):
+        store.save_baseline(results.load_run(metric_runs["base"]), path, suite_name="x", suite_hash=None)
+        with_code = store.load_baseline(path)
+    assert {s.kind for s in with_code.series.values()} >= {"function"}
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    assert doc["version"] == 2
+    # the series name the function by id; its source is only in the provenance's configs (data)
+    assert all("def " not in json.dumps(s) for s in doc["series"])
+    import gatekeeper.metrics as mk
+
+    saved = dict(mk._FUNCTIONS)
+    mk._FUNCTIONS.clear()  # a fresh process: nothing bound
+    try:
+        bare = store.load_baseline(path)
+    finally:
+        mk._FUNCTIONS.update(saved)
+    assert sorted(bare.untestable.values()) == ["!function agg_inst_level", "!function weighted_f1"]
+
+
+def test_task_functions_get_a_fixed_number_of_resamples_fewer_only_when_very_slow(monkeypatch):
+    import time
+
+    import gatekeeper.metrics as mk
+
+    def slow_mean(items):
+        time.sleep(0.002)
+        return sum(sum(x) / len(x) for x in items) / len(items)
+
+    agg = "!function slow_mean@0123456789ab"
+    mk.bind_function(agg, slow_mean)
+    rng = np.random.default_rng(0)
+    base = mk._objects([[bool(b) for b in rng.random(3) < 0.7] for _ in range(100)])
+    cand = mk._objects([[bool(b) for b in rng.random(3) < 0.5] for _ in range(100)])
+    t = paired_test("function", agg, base, cand, higher_is_better=True, n_resamples=10_000)
+    assert t.n_resamples == mk.FUNCTION_RESAMPLES and t.p_worse < 0.01
+    assert any(f"{mk.FUNCTION_RESAMPLES} resamples instead of 10000" in w for w in t.warnings)
+    again = paired_test("function", agg, base, cand, higher_is_better=True, n_resamples=10_000)
+    assert (again.p_worse, again.ci_low) == (t.p_worse, t.ci_low)  # no timing in the result
+    monkeypatch.setattr(mk, "FUNCTION_BUDGET_S", 1.0)  # 2 ms per call: 250 resamples fit in 1 s
+    t = paired_test("function", agg, base, cand, higher_is_better=True, n_resamples=10_000)
+    assert mk.MIN_FUNCTION_RESAMPLES <= t.n_resamples < mk.FUNCTION_RESAMPLES

@@ -123,6 +123,11 @@ def _itemwise_test(k: MetricKind, aggregation: str, base: np.ndarray, cand: np.n
     """Resample items and call the kind's aggregate per resample (no sufficient statistics)."""
     n = int(base.shape[0])
     b_score, c_score = k.aggregate(aggregation, base), k.aggregate(aggregation, cand)
+    warnings: tuple[str, ...] = ()
+    wanted, n_resamples = n_resamples, k.resamples(aggregation, base, n_resamples)
+    if n_resamples < wanted:
+        warnings = (f"{n_resamples} resamples instead of {wanted}: the aggregation is slow "
+                    "(the interval and p-value are coarser)",)
     common = dict(test=k.test_name(False), n=n, n_clusters=None, baseline=b_score, candidate=c_score,
                   delta=c_score - b_score, confidence=confidence)
     if k.identical(base, cand):
@@ -138,4 +143,4 @@ def _itemwise_test(k: MetricKind, aggregation: str, base: np.ndarray, cand: np.n
     boot = item_bootstrap(both, n, score, confidence, n_resamples, ss_boot)
     return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
                       p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
-                      se_null=perm.se, draws=boot.draws)
+                      warnings=warnings, se_null=perm.se, draws=boot.draws)
