@@ -366,3 +366,24 @@ def test_task_functions_get_a_fixed_number_of_resamples_fewer_only_when_very_slo
     monkeypatch.setattr(mk, "FUNCTION_BUDGET_S", 1.0)  # 2 ms per call: 250 resamples fit in 1 s
     t = paired_test("function", agg, base, cand, higher_is_better=True, n_resamples=10_000)
     assert mk.MIN_FUNCTION_RESAMPLES <= t.n_resamples < mk.FUNCTION_RESAMPLES
+
+
+def test_bundled_lm_eval_task_functions_are_trusted_code():
+    """A bundled task's !function (AraDiCE BoolQ's micro F1 over (gold, pred) pairs), found
+    through lm-eval's own TaskManager index of its bundled tasks."""
+    import inspect
+
+    from lm_eval.tasks.aradice.boolq.ENG import metrics as boolq_metrics
+
+    from gatekeeper.trusted import TrustedCode, aggregation_id
+
+    code = TrustedCode(None)
+    agg = aggregation_id(inspect.getsource(boolq_metrics.micro_f1_score))
+    fn = code.find("AraDiCE_boolq_eng", "f1", agg)
+    assert fn is not None and fn.__name__ == "micro_f1_score"
+    assert fn([(1, 1), (0, 1), (1, 1), (0, 0)]) == 0.75
+    fresh = TrustedCode(None)
+    fresh._managers = code._managers  # the same index, no function found yet
+    assert fresh.find("AraDiCE_boolq_eng", "acc", agg) is None  # a plain mean, no function
+    with pytest.raises(GateError, match="another version of !function micro_f1_score"):
+        fresh.find("AraDiCE_boolq_eng", "f1", "!function micro_f1_score@000000000000")
