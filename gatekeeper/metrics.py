@@ -102,8 +102,6 @@ class MetricKind:
     def item_value(self, aggregation: str, value: Any, where: str, metric: str) -> Any:
         return number(value, where, metric)
 
-    needs_line = False  # True: the value is rebuilt from the whole samples line (``line_value``)
-
     def line_value(self, aggregation: str, line: dict[str, Any], where: str, metric: str) -> Any:
         """One item from its whole samples line (careful reader); most kinds need only the
         metric's own field."""
@@ -606,7 +604,6 @@ class BrierKind(MetricKind):
     lower_is_better = frozenset(aggregations)
     format_version = 2
     mean_of_diff = True
-    needs_line = True  # the value is rebuilt from the whole samples line
 
     def fast_values(self, aggregation: str, items: list[Any]) -> Any:
         raise Unusual  # needs filtered_resps, which the fast reader skips
@@ -826,14 +823,22 @@ class FunctionKind(MetricKind):
         return _objects(values)
 
     def aggregate(self, aggregation: str, values: np.ndarray) -> float:
-        return float(self._fn(aggregation)(list(self.check(aggregation, values))))
+        return self._call(aggregation, list(self.check(aggregation, values)))
+
+    def _call(self, aggregation: str, items: list[Any]) -> float:
+        """The task's function on items; anything it raises (values it cannot take, e.g. an
+        edited baseline) becomes a ValueError naming it, which the callers turn into exit 2."""
+        try:
+            return float(self._fn(aggregation)(items))
+        except Exception as exc:  # noqa: BLE001 - the task's own code: any failure is bad input
+            name = aggregation.split("@")[0]
+            raise ValueError(f"{name} failed on these values ({type(exc).__name__}: {short(str(exc), 80)})") from None
 
     def unit_stats(self, aggregation: str, base: np.ndarray, cand: np.ndarray) -> None:
         return None
 
     def resample_score(self, aggregation: str, values: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        fn = self._fn(aggregation)
-        return np.array([float(fn(list(values[row]))) for row in idx], dtype=np.float64)
+        return np.array([self._call(aggregation, list(values[row])) for row in idx], dtype=np.float64)
 
     def resamples(self, aggregation: str, values: np.ndarray, wanted: int) -> int:
         """FUNCTION_RESAMPLES, fewer only for a function too slow for FUNCTION_BUDGET_S."""

@@ -387,3 +387,19 @@ def test_bundled_lm_eval_task_functions_are_trusted_code():
     assert fresh.find("AraDiCE_boolq_eng", "acc", agg) is None  # a plain mean, no function
     with pytest.raises(GateError, match="another version of !function micro_f1_score"):
         fresh.find("AraDiCE_boolq_eng", "f1", "!function micro_f1_score@000000000000")
+
+
+def test_a_task_function_failing_on_stored_values_is_bad_input(metric_runs, tmp_path):
+    from gatekeeper.trusted import trusted_code
+
+    path = tmp_path / "b.json.gz"
+    with trusted_code(SUITE.parent):
+        store.save_baseline(results.load_run(metric_runs["base"]), path, suite_name="x", suite_hash=None)
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc.pop("checksum")
+        wf1 = next(s for s in doc["series"] if s["metric"] == "wf1")
+        wf1["values"][0] = {"gold": 1}  # not a (gold, pred) pair
+        doc["checksum"] = store._checksum(doc)
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+        with pytest.raises(GateError, match=r"wf1,none: cannot aggregate .*!function weighted_f1 failed"):
+            store.load_baseline(path)
