@@ -133,7 +133,8 @@ def make_suite(root: Path, seed: int = 0) -> tuple[Path, Path, dict]:
         if kind == "confusion":
             gold = rng.integers(0, 2, n)
             pb = np.where(rng.random(n) < 0.8, gold, 1 - gold)
-            pc = np.where(rng.random(n) < 0.10, 1 - pb, pb)  # 10% of predictions flip: noise
+            redraw = np.where(rng.random(n) < 0.8, gold, 1 - gold)
+            pc = np.where(rng.random(n) < 0.10, redraw, pb)  # 10% of items answered afresh: noise
             base[task] = {"ids": ids, "acc": (pb == gold).astype(float), "gold": gold, "pred": pb}
             cand[task] = {"ids": ids, "acc": (pc == gold).astype(float), "gold": gold, "pred": pc}
         elif kind == "mean":
