@@ -301,6 +301,8 @@ def _binary_pair(base: np.ndarray, cand: np.ndarray) -> bool:
 
 
 def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib: bool) -> list[int]:
+    if base.ndim == 2 and base.shape[1] == 2 and base.dtype.kind in "iu":  # [gold, pred] labels (f1, mcc)
+        return [int(d) for d in doc_ids[(base[:, 0] == base[:, 1]) & (cand[:, 0] != cand[:, 1])]]
     if base.ndim != 1 or base.dtype == object or not np.isin(base, (0.0, 1.0)).all() or not np.isin(cand, (0.0, 1.0)).all():
         return []
     good, bad = (1.0, 0.0) if hib else (0.0, 1.0)

@@ -403,3 +403,14 @@ def test_a_task_function_failing_on_stored_values_is_bad_input(metric_runs, tmp_
         path.write_bytes(gzip.compress(json.dumps(doc).encode()))
         with pytest.raises(GateError, match=r"wf1,none: cannot aggregate .*!function weighted_f1 failed"):
             store.load_baseline(path)
+
+
+def test_label_metrics_list_the_items_that_went_right_to_wrong(metric_runs):
+    from gatekeeper.compare import compare_runs
+    from gatekeeper.policy import Policy, Rule
+
+    policy = Policy(rules=[Rule(task="mk_custom", gate=False)])
+    out = compare_runs(results.load_run(metric_runs["base"]), results.load_run(metric_runs["regressed"]), policy)
+    by_metric = {(c.key.task, c.key.metric): c for c in out.comparisons}
+    acc, f1 = by_metric[("mk_binary", "acc")], by_metric[("mk_binary", "f1")]
+    assert f1.right_to_wrong and f1.right_to_wrong == acc.right_to_wrong  # the same docs flipped
