@@ -52,6 +52,10 @@ class MetricSeries:
       kind "mean":   float64 array, shape (n,). Repeats are already averaged per item.
       kind "ratio":  float64 array, shape (n, 2): [loglikelihood, count].
       kind "corpus": object array, shape (n, 2): [reference, prediction] strings.
+      kind "confusion": int64 array, shape (n, 2): [gold, prediction] class labels (f1, mcc).
+      kinds "brier", "median": float64 (n,); "nanmean": float64 (n,), NaN allowed.
+      kind "function": object array (n,): the JSON value lm-eval logged per item.
+      (gatekeeper.metrics.KINDS: each kind validates, stores and tests its own shape.)
     hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex, may be
       truncated to a common prefix length by the baseline store; compare on that prefix).
     clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).
