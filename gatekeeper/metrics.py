@@ -467,7 +467,8 @@ _MAX_LABELS = 64  # matthews_corrcoef keeps a K x K confusion matrix per item
 
 
 def _is_label(v: Any) -> bool:
-    return isinstance(v, int)  # bool is an int: sklearn treats True/False as 1/0 too
+    # bool is an int: sklearn treats True/False as 1/0 too. Bounded: labels are class indices.
+    return isinstance(v, int) and -(1 << 53) < v < 1 << 53
 
 
 class ConfusionKind(MetricKind):
@@ -522,7 +523,7 @@ class ConfusionKind(MetricKind):
     def doc_problem(self, values: list[Any]) -> Any:
         for v in values:
             if not (isinstance(v, list) and len(v) == 2 and all(_is_label(x) and not isinstance(x, bool)
-                                                              and abs(x) < 1 << 53 for x in v)):
+                                                              for x in v)):
                 return v
         return NO_PROBLEM
 

@@ -414,3 +414,24 @@ def test_label_metrics_list_the_items_that_went_right_to_wrong(metric_runs):
     by_metric = {(c.key.task, c.key.metric): c for c in out.comparisons}
     acc, f1 = by_metric[("mk_binary", "acc")], by_metric[("mk_binary", "f1")]
     assert f1.right_to_wrong and f1.right_to_wrong == acc.right_to_wrong  # the same docs flipped
+
+
+@pytest.mark.parametrize("value, needle", [
+    ([0, 10**30], "integer class labels"),
+    ([0, "yes"], "integer class labels"),
+    ([1], "integer class labels"),
+    ([0, 1.5], "integer class labels"),
+])
+def test_hostile_label_values_are_refused_naming_the_line(metric_runs, tmp_path, value, needle):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(metric_runs["base"], out)
+    path = sorted(out.glob("*/samples_mk_binary_*.jsonl"))[-1]
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["f1"] = value
+    lines[0] = json.dumps(first)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GateError, match=rf"line 1: f1 is .*{needle}"):
+        results.load_run(out)
