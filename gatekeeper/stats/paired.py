@@ -126,8 +126,8 @@ def _itemwise_test(k: MetricKind, aggregation: str, base: np.ndarray, cand: np.n
     warnings: tuple[str, ...] = ()
     wanted, n_resamples = n_resamples, k.resamples(aggregation, base, n_resamples)
     if n_resamples < wanted:
-        warnings = (f"{n_resamples} resamples instead of {wanted}: the aggregation is slow "
-                    "(the interval and p-value are coarser)",)
+        warnings = (f"{n_resamples} resamples instead of {wanted}: the task's own aggregation is called once "
+                    f"per resample (the interval and p-value are coarser; smallest p 1/{n_resamples + 1})",)
     common = dict(test=k.test_name(False), n=n, n_clusters=None, baseline=b_score, candidate=c_score,
                   delta=c_score - b_score, confidence=confidence)
     if k.identical(base, cand):
