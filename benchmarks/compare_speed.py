@@ -15,8 +15,10 @@ byte), the rest right/wrong (acc). Then, in the same run:
 Each gatekeeper figure is the best of 3 runs, wall and CPU (user+sys of the subprocess, which
 is what to trust on a shared machine). Prints the ratios B/A. Goal on 2 cores: A < 5 s and
 B/A >= 20.
-Usage: python benchmarks/compare_speed.py [--resamples 10000] [--lmeval-iters N] [--keep DIR]
+Usage: python benchmarks/compare_speed.py [--resamples 10000] [--lmeval-iters N] [--keep DIR] [--confusion]
 `--lmeval-iters` runs lm-eval with fewer resamples and extrapolates linearly (it says so).
+`--confusion`: 20% of the items are in two-choice tasks that also report f1 and mcc
+(matthews_corrcoef), tested through per-item confusion counts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 N_TASKS, N_ITEMS, RATIO_SHARE = 60, 100_000, 0.10
+CONFUSION_SHARE = 0.0  # --confusion: 0.20
 TS = "2026-01-01T00-00-00.000000"
 RATIO_METRICS = {"word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
                  "bits_per_byte": "bits_per_byte"}
@@ -50,8 +53,11 @@ def _layout() -> list[tuple[str, str, int]]:
     n_ratio_tasks = round(N_TASKS * RATIO_SHARE)
     ratio_items = int(N_ITEMS * RATIO_SHARE)
     out = [(f"ppl_{i:02d}", "ratio", ratio_items // n_ratio_tasks) for i in range(n_ratio_tasks)]
-    n_mc = N_TASKS - n_ratio_tasks
-    per = (N_ITEMS - ratio_items) // n_mc
+    n_conf_tasks = round(N_TASKS * CONFUSION_SHARE)
+    conf_items = int(N_ITEMS * CONFUSION_SHARE)
+    out += [(f"cls_{i:02d}", "confusion", conf_items // n_conf_tasks) for i in range(n_conf_tasks)]
+    n_mc = N_TASKS - n_ratio_tasks - n_conf_tasks
+    per = (N_ITEMS - ratio_items - conf_items) // n_mc
     out += [(f"mc_{i:02d}", "mean", per) for i in range(n_mc)]
     return out
 
@@ -72,7 +78,10 @@ def _write_run(root: Path, name: str, data: dict[str, dict[str, np.ndarray]]) ->
             joined.append(dh + ph + th)
             line = {"doc_id": i, "doc": doc, "target": "0", "arguments": {}, "resps": [], "filtered_resps": [],
                     "filter": "none", "doc_hash": dh, "prompt_hash": ph, "target_hash": th}
-            if kind == "mean":
+            if "gold" in cols:
+                g, p = int(cols["gold"][i]), int(cols["pred"][i])
+                line.update(metrics=["acc", "f1", "mcc"], acc=float(cols["acc"][i]), f1=[g, p], mcc=[g, p])
+            elif kind == "mean":
                 line.update(metrics=["acc"], acc=float(cols["acc"][i]))
             else:
                 ll, w, b = float(cols["ll"][i]), int(cols["words"][i]), int(cols["bytes"][i])
@@ -82,11 +91,19 @@ def _write_run(root: Path, name: str, data: dict[str, dict[str, np.ndarray]]) ->
         (model_dir / f"samples_{task}_{TS}.jsonl").write_text("\n".join(lines) + "\n")
         task_hashes[task] = _sha("".join(joined))
         if kind == "mean":
-            entry["acc,none"] = float(np.mean(cols["acc"]))
+            entry["acc,none"] = sum(cols["acc"].tolist()) / n
             entry["acc_stderr,none"] = 0.0
             metric_list = [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}]
             hib[task] = {"acc": True}
             output_type = "multiple_choice"
+            if "gold" in cols:  # f1 and mcc exactly as lm-eval (sklearn) computes them
+                from gatekeeper.metrics import kind_named
+
+                pairs = np.column_stack([cols["gold"], cols["pred"]])
+                for metric, agg in (("f1", "f1"), ("mcc", "matthews_corrcoef")):
+                    entry[f"{metric},none"] = kind_named("confusion").aggregate(agg, pairs)
+                    metric_list.append({"metric": metric, "aggregation": agg, "higher_is_better": True})
+                    hib[task][metric] = True
         else:
             ll_sum = float(np.sum(cols["ll"]))
             entry["word_perplexity,none"] = math.exp(-ll_sum / float(np.sum(cols["words"])))
@@ -113,7 +130,14 @@ def make_suite(root: Path, seed: int = 0) -> tuple[Path, Path, dict]:
     base, cand = {}, {}
     for task, kind, n in _layout():
         ids = np.arange(n)
-        if kind == "mean":
+        if kind == "confusion":
+            gold = rng.integers(0, 2, n)
+            pb = np.where(rng.random(n) < 0.8, gold, 1 - gold)
+            redraw = np.where(rng.random(n) < 0.8, gold, 1 - gold)
+            pc = np.where(rng.random(n) < 0.10, redraw, pb)  # 10% of items answered afresh: noise
+            base[task] = {"ids": ids, "acc": (pb == gold).astype(float), "gold": gold, "pred": pb}
+            cand[task] = {"ids": ids, "acc": (pc == gold).astype(float), "gold": gold, "pred": pc}
+        elif kind == "mean":
             b = (rng.random(n) < 0.6).astype(float)
             flip = rng.random(n) < 0.10  # 10% of items flip, both ways: noise
             c = np.where(flip, 1 - b, b)
@@ -162,7 +186,13 @@ def time_lmeval(cand: dict, iters: int) -> tuple[float, float]:
     from lm_eval.api.metrics import bits_per_byte, bootstrap_stderr, mean, weighted_perplexity
 
     cpu0, t0 = time.process_time() + _child_cpu(), time.perf_counter()
+    from lm_eval.api.metrics import f1_score, matthews_corrcoef
+
     for cols in cand.values():
+        if "gold" in cols:
+            pairs = list(zip(cols["gold"].tolist(), cols["pred"].tolist(), strict=True))
+            bootstrap_stderr(f1_score, pairs, iters)
+            bootstrap_stderr(matthews_corrcoef, pairs, iters)
         if "acc" in cols:
             bootstrap_stderr(mean, cols["acc"].tolist(), iters)
         else:
@@ -179,13 +209,17 @@ def main() -> None:
     ap.add_argument("--lmeval-iters", type=int, default=None,
                     help="run lm-eval with this many resamples and extrapolate to --resamples")
     ap.add_argument("--keep", type=Path, help="write the synthetic runs here and keep them")
+    ap.add_argument("--confusion", action="store_true", help="20%% of the items in f1/mcc tasks")
     args = ap.parse_args()
+    global CONFUSION_SHARE
+    CONFUSION_SHARE = 0.20 if args.confusion else 0.0
     root = args.keep or Path(tempfile.mkdtemp(prefix="gk-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     base, cand_dir, cand = make_suite(root)
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums), "
+    print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums, "
+          f"{CONFUSION_SHARE:.0%} two-choice with f1 and mcc), "
           f"{size / 2**20:.1f} MiB on disk per two runs, built in {time.perf_counter() - t0:.1f} s")
     print(f"cores: {os.cpu_count()}")
 

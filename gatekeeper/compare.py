@@ -15,6 +15,7 @@ import numpy as np
 
 from gatekeeper import stats
 from gatekeeper.compat import Difference, check_compatible, pair_series
+from gatekeeper.metrics import kind_named
 from gatekeeper.model import GateError, RunResults, SeriesKey
 from gatekeeper.policy import Policy
 from gatekeeper.stats.mcnemar import mde as mcnemar_mde
@@ -97,9 +98,10 @@ def merge_repeats(runs: list[RunResults]) -> RunResults:
 
     Tests then see one value per item: the variance that matters for "would other prompts
     agree" is across items, and averaging first removes decoding noise without
-    double-counting items. Mean metrics average the per-item value; ratio metrics average
-    the log-likelihood (the counts are the same text). Corpus metrics cannot be averaged
-    per item, so the first run's outputs are kept and a note says so.
+    double-counting items. Each kind decides (``MetricKind.average``): mean metrics average the
+    per-item value; ratio metrics average the log-likelihood (the counts are the same text).
+    Texts and labels (corpus, confusion) cannot be averaged per item, so the first run's
+    outputs are kept and a note says so.
     """
     if len(runs) == 1:
         return runs[0]
@@ -114,15 +116,12 @@ def merge_repeats(runs: list[RunResults]) -> RunResults:
                 raise GateError(f"{r.provenance.source}: {key} missing; repeated runs must measure the same metrics")
             base, cand, _ = pair_series(s, o, where=f"task {key.task} ({key.metric},{key.filter}), repeated run")
             others.append(cand)
-        if s.kind == "corpus":
-            notes.append(f"{key}: corpus metric, first run's outputs used (cannot average per item)")
+        averaged = kind_named(s.kind).average(np.stack([s.values, *others]))
+        if averaged is None:
+            notes.append(f"{key}: {s.aggregation} items cannot be averaged; the first run's outputs are used")
             merged[key] = s
             continue
-        stack = np.stack([s.values, *others])
-        values = stack.mean(axis=0)
-        if s.kind == "ratio":
-            values[:, 1] = s.values[:, 1]
-        merged[key] = replace(s, values=values)
+        merged[key] = replace(s, values=averaged)
     return replace(first, series=merged, notes=notes)
 
 
@@ -298,11 +297,13 @@ def _decide(t: _Tested, p_adjusted: float | None, level: float, per_alpha: float
 
 
 def _binary_pair(base: np.ndarray, cand: np.ndarray) -> bool:
-    return base.ndim == 1 and bool(np.isin(base, (0.0, 1.0)).all() and np.isin(cand, (0.0, 1.0)).all())
+    return base.ndim == 1 and base.dtype != object and bool(np.isin(base, (0.0, 1.0)).all() and np.isin(cand, (0.0, 1.0)).all())
 
 
 def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib: bool) -> list[int]:
-    if base.ndim != 1 or not np.isin(base, (0.0, 1.0)).all() or not np.isin(cand, (0.0, 1.0)).all():
+    if base.ndim == 2 and base.shape[1] == 2 and base.dtype.kind in "iu":  # [gold, pred] labels (f1, mcc)
+        return [int(d) for d in doc_ids[(base[:, 0] == base[:, 1]) & (cand[:, 0] != cand[:, 1])]]
+    if base.ndim != 1 or base.dtype == object or not np.isin(base, (0.0, 1.0)).all() or not np.isin(cand, (0.0, 1.0)).all():
         return []
     good, bad = (1.0, 0.0) if hib else (0.0, 1.0)
     return [int(d) for d in doc_ids[(base == good) & (cand == bad)]]
@@ -314,6 +315,13 @@ def _refuse_gated_untestable(candidate: RunResults, policy: Policy) -> None:
              if policy.lookup(key, _parents(candidate, key.task))[1]]
     if gated:
         (key, agg), more = gated[0], len(gated) - 1
+        if agg.startswith("!function "):
+            raise GateError(
+                f"{candidate.provenance.source}: {key} is gated but its aggregation {agg!r} is the task's own "
+                f"code, which gatekeeper never runs from a results file{f' (and {more} more)' if more else ''}; "
+                f"pass --suite SUITE whose include_path (or lm-eval's bundled tasks) provides task {key.task}, "
+                f"or mark it informational (metrics: [{{metric: {key.metric}, gate: false}}])"
+            )
         raise GateError(
             f"{candidate.provenance.source}: {key} is gated but its aggregation {agg!r} cannot be tested "
             f"by gatekeeper{f' (and {more} more)' if more else ''}; mark it informational "

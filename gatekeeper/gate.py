@@ -26,6 +26,7 @@ from gatekeeper import names
 from gatekeeper.compare import Outcome, attach_snippets, compare_runs
 from gatekeeper.model import GateError, RunResults
 from gatekeeper.policy import Policy
+from gatekeeper.trusted import trusted_code
 
 if TYPE_CHECKING:
     from gatekeeper.names import RunPlan
@@ -70,7 +71,8 @@ def run_gate(
             "`gatekeeper gate --record-missing ...` (or `gatekeeper baseline record RUN_DIR --suite ...`)"
         )
     # Fail on a corrupt baseline before loading anything heavy, on a foreign one before lm-eval runs.
-    stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
+    with trusted_code(suite.include_path):  # the suite's task code may define !function aggregations
+        stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
 
     def preflight(plan: RunPlan) -> None:
         if stored is not None:
@@ -85,7 +87,8 @@ def run_gate(
             "Commit it so later runs are compared against it."
         )
         return GateResult(0, None, notice, run_dir, {"verdict": "pass", "notice": notice, "comparisons": []})
-    candidate = results.load_run(run_dir, cluster_keys=suite.cluster_keys())
+    with trusted_code(suite.include_path):
+        candidate = results.load_run(run_dir, cluster_keys=suite.cluster_keys())
     outcome = compare_for_suite(stored, candidate, suite, policy)
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome))
 
@@ -137,8 +140,9 @@ def compare_paths(
     from gatekeeper.compat import check_repeats
 
     keys = suite.cluster_keys()
-    base_runs = [load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]]
-    cand_runs = [load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]]
+    with trusted_code(suite.include_path):  # the suite's task code may define !function aggregations
+        base_runs = [load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]]
+        cand_runs = [load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]]
     check_repeats(base_runs, "--also-baseline")  # repeats pass the baseline-vs-candidate checks too
     check_repeats(cand_runs, "--also-candidate")
     base, cand = merge_repeats(base_runs), merge_repeats(cand_runs)

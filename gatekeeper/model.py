@@ -10,20 +10,16 @@ Nothing here imports torch, lm-eval or does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-# How per-item values turn into the task score, which decides the statistics used:
+# How per-item values turn into the task score, which decides the statistics used: the name of
+# a kind in the registry gatekeeper.metrics (KINDS), e.g.
 #   "mean":   one float per item; score = mean (acc, acc_norm, exact_match, ...)
 #   "ratio":  [loglikelihood, count] per item; score = f(sum ll, sum count)
-#             (word_perplexity, byte_perplexity, bits_per_byte; perplexity uses count=1)
-#   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, ter)
-Kind = Literal["mean", "ratio", "corpus"]
-
-# lm-eval aggregation names for "ratio" and "corpus" kinds.
-RATIO_AGGREGATIONS = ("weighted_perplexity", "bits_per_byte", "perplexity")
-CORPUS_AGGREGATIONS = ("bleu", "chrf", "ter")
+#   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, chrf++, ter)
+Kind = str
 
 
 class GateError(Exception):
@@ -56,6 +52,10 @@ class MetricSeries:
       kind "mean":   float64 array, shape (n,). Repeats are already averaged per item.
       kind "ratio":  float64 array, shape (n, 2): [loglikelihood, count].
       kind "corpus": object array, shape (n, 2): [reference, prediction] strings.
+      kind "confusion": int64 array, shape (n, 2): [gold, prediction] class labels (f1, mcc).
+      kinds "brier", "median": float64 (n,); "nanmean": float64 (n,), NaN allowed.
+      kind "function": object array (n,): the JSON value lm-eval logged per item.
+      (gatekeeper.metrics.KINDS: each kind validates, stores and tests its own shape.)
     hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex, may be
       truncated to a common prefix length by the baseline store; compare on that prefix).
     clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).

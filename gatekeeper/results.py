@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from gatekeeper import trusted
+from gatekeeper.metrics import MetricKind, Unusual, bind_function, kind_for, kind_named
+from gatekeeper.metrics import short as _short
 from gatekeeper.model import (
-    CORPUS_AGGREGATIONS,
-    RATIO_AGGREGATIONS,
     GateError,
     ItemSnippet,
     MetricSeries,
@@ -39,7 +40,7 @@ from gatekeeper.model import (
     RunResults,
     SeriesKey,
 )
-from gatekeeper.stats import aggregate
+from gatekeeper.trusted import aggregation_id, function_name
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
 SNIPPET_CHARS = 300
@@ -57,9 +58,12 @@ _DEFAULT_AGGREGATION = {
     "perplexity": "perplexity",
     "bleu": "bleu",
     "chrf": "chrf",
+    "chrf++": "chrf++",
     "ter": "ter",
+    "f1": "f1",
+    "mcc": "matthews_corrcoef",
+    "brier_score": "brier_score",
 }
-_LOWER_IS_BETTER_AGGREGATIONS = {"weighted_perplexity", "bits_per_byte", "perplexity", "ter"}
 _REL_TOL, _ABS_TOL = 1e-9, 1e-12
 
 
@@ -451,14 +455,24 @@ def aggregation_name(agg: str) -> str:
     return first if len(first) <= 60 else first[:57] + "..."
 
 
-def _kind(aggregation: str) -> str | None:
-    if aggregation == "mean":
-        return "mean"
-    if aggregation in RATIO_AGGREGATIONS:
-        return "ratio"
-    if aggregation in CORPUS_AGGREGATIONS:
-        return "corpus"
-    return None
+def _kind(aggregation: str) -> MetricKind | None:
+    return kind_for(aggregation)
+
+
+def _kind_of(task: str, metric: str, aggregation: str) -> tuple[MetricKind | None, str]:
+    """(kind, aggregation as the series records it). A ``!function`` aggregation, which
+    results.json holds as Python source, is never executed from there: it is testable only
+    when trusted task code (``trusted.trusted_code``: the suite's include_path or lm-eval's
+    bundled tasks) defines the same function, and is then recorded by its id."""
+    kind = kind_for(aggregation)
+    if kind is not None or function_name(aggregation) is None:
+        return kind, aggregation
+    agg_id = aggregation_id(aggregation)
+    fn = trusted.resolve(task, metric, agg_id)
+    if fn is None:
+        return None, aggregation
+    bind_function(agg_id, fn)
+    return kind_named("function"), agg_id
 
 
 # ---------------------------------------------------------------- aggregates
@@ -472,39 +486,10 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= max(_ABS_TOL, _REL_TOL * abs(b))
 
 
-# Metrics whose per-item values lm-eval 0.4.13 computes as right/wrong scores in [0, 1]
-# (api/metrics.py: acc, acc_norm, acc_mutual_info from loglikelihood comparisons,
-# exact_match from HF evaluate's mean of matches). A value outside the range is not something
-# lm-eval writes; +1e6 and -1e6 items would cancel out in the mean and hide any drop.
-_UNIT_RANGE_METRICS = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
-# Log-probabilities are <= 0; a few ulps of float32 log-softmax rounding are tolerated.
-_MAX_LOGLIKELIHOOD = 1e-4
-
-
 def out_of_range(metric: str, kind: str, values: np.ndarray) -> str | None:
-    """Why ``values`` cannot be per-item values of ``metric`` (None when they can).
-
-    Only ranges lm-eval guarantees are checked: [0, 1] for the metrics above, and for ratio
-    kinds (perplexities, bits_per_byte) a loglikelihood <= 0 with a count > 0. Other mean
-    metrics (custom scores, f1-like means) have no documented range and are not limited."""
-    arr = np.asarray(values, dtype=np.float64) if kind != "corpus" else None
-    if arr is None or arr.size == 0:
-        return None
-    if not np.isfinite(arr).all():
-        return "a value is not a finite number"
-    if kind == "mean" and metric in _UNIT_RANGE_METRICS:
-        bad = np.flatnonzero((arr < 0) | (arr > 1))
-        if bad.size:
-            return f"{metric} per-item value {arr[bad[0]]!r} is outside [0, 1]"
-    if kind == "ratio":
-        arr = arr.reshape(-1, 2)
-        bad = np.flatnonzero(arr[:, 0] > _MAX_LOGLIKELIHOOD)
-        if bad.size:
-            return f"loglikelihood {arr[bad[0], 0]!r} is positive (log-probabilities are <= 0)"
-        bad = np.flatnonzero(arr[:, 1] <= 0)
-        if bad.size:
-            return f"count {arr[bad[0], 1]!r} is not positive"
-    return None
+    """Why ``values`` cannot be per-item values of ``metric`` (None when they can): only ranges
+    lm-eval guarantees are checked, by the kind (``gatekeeper.metrics``)."""
+    return kind_named(kind).out_of_range(metric, values)
 
 
 # ---------------------------------------------------------------- samples files
@@ -515,14 +500,14 @@ class _Wanted:
     """What to collect from one task's samples file."""
 
     metrics: dict[str, list[str]]  # filter -> metric names (from results.json)
-    kinds: dict[str, tuple[str, str]]  # metric -> (kind, aggregation)
+    kinds: dict[str, tuple[MetricKind, str]]  # metric -> (kind, aggregation)
     cluster_field: str | None
 
 
 @dataclass
 class _FilterData:
     """One filter's items in file order. ``values[metric]`` is a list of items (careful reader)
-    or an array of them (fast reader); ``_as_array`` takes either."""
+    or an array of them (fast reader); the kind's ``as_array`` takes either."""
 
     doc_ids: list[int] = field(default_factory=list)
     hashes: list[tuple[str, str, str]] = field(default_factory=list)
@@ -544,8 +529,7 @@ def _read_samples(path: Path, task: str, wanted: _Wanted) -> tuple[dict[str, _Fi
 # -------------------------------------------- fast reader: whole blocks, no per-line Python
 
 
-class _Unusual(Exception):
-    """The fast reader met something it does not handle; the careful reader takes over."""
+_Unusual = Unusual  # the fast reader met something it does not handle; the careful reader takes over
 
 
 _BLOCK_BYTES = 8 << 20
@@ -556,7 +540,6 @@ _BLOCK_BYTES = 8 << 20
 _FILTER_SEP = ', "filter": '
 _DOC_ID = operator.itemgetter("doc_id", "filter")
 _HASHES = operator.itemgetter("doc_hash", "prompt_hash", "target_hash")
-_NUMBERS = frozenset({float, int, bool})
 _MAX_DOC_ID = (1 << 53) - 1  # lm-eval's doc_ids are list indices; beyond this float/int64 lose them
 _HEX_ONLY = re.compile(r"[0-9a-f]*")
 
@@ -634,7 +617,7 @@ def _read_samples_fast(path: Path, wanted: _Wanted) -> tuple[dict[str, _FilterDa
             per_metric = chunks.setdefault(filt, {m: [] for m in wanted.metrics[filt]})
             for metric, parts in per_metric.items():
                 kind, agg = wanted.kinds[metric]
-                parts.append(_fast_values(kind, agg, list(map(operator.itemgetter(metric), sel))))
+                parts.append(kind.fast_values(agg, list(map(operator.itemgetter(metric), sel))))
             if wanted.cluster_field is not None:
                 docs = list(map(operator.itemgetter("doc"), sel))
                 if set(map(type, docs)) != {dict}:
@@ -644,38 +627,8 @@ def _read_samples_fast(path: Path, wanted: _Wanted) -> tuple[dict[str, _FilterDa
         raise _Unusual  # a duplicate (doc_id, filter): the careful reader names its line
     for filt, per_metric in chunks.items():
         for metric, parts in per_metric.items():
-            kind = wanted.kinds[metric][0]
-            out[filt].values[metric] = (
-                np.concatenate(parts) if kind != "corpus" else list(itertools.chain.from_iterable(parts))
-            )
+            out[filt].values[metric] = wanted.kinds[metric][0].join(parts)
     return out, task_hash.hexdigest()
-
-
-def _fast_values(kind: str, aggregation: str, items: list[Any]) -> Any:
-    """Per-item values of one metric in one block; ``_Unusual`` for anything not plain."""
-    types = set(map(type, items))
-    if kind == "mean":
-        if not types <= _NUMBERS:
-            raise _Unusual  # e.g. a list of numbers per doc: averaged by the careful reader
-        arr = np.array(items, dtype=np.float64)
-    elif kind == "ratio":
-        if aggregation == "perplexity" and types <= _NUMBERS:
-            arr = np.column_stack([np.array(items, dtype=np.float64), np.ones(len(items))])
-        elif types == {list} and set(map(type, itertools.chain.from_iterable(items))) <= _NUMBERS:
-            arr = np.array(items, dtype=np.float64)  # ValueError if ragged
-            if arr.shape != (len(items), 2) or not (arr[:, 1] > 0).all():
-                raise _Unusual
-        else:
-            raise _Unusual
-    else:
-        if not all(
-            type(v) is list and len(v) == 2 and _is_text(v[0]) and _is_text(v[1]) for v in items
-        ):
-            raise _Unusual
-        return [(v[0], v[1]) for v in items]
-    if not np.isfinite(arr).all():
-        raise _Unusual
-    return arr
 
 
 # -------------------------------------------- careful reader: line by line, exact messages
@@ -703,50 +656,6 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield lineno, obj
         except UnicodeDecodeError:
             raise GateError(f"{path} line {lineno + 1}: not valid UTF-8") from None
-
-
-def _number(value: Any, where: str, metric: str) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)
-        except OverflowError:  # an integer beyond float range
-            number = math.inf
-        if math.isfinite(number):
-            return number
-    raise GateError(f"{where}: {metric} is {_short(value)}, not a number")
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _item_value(kind: str, aggregation: str, value: Any, where: str, metric: str) -> Any:
-    if kind == "mean":
-        if isinstance(value, list):  # several numbers for one doc: their mean is the doc's value
-            if not value:
-                raise GateError(f"{where}: {metric} is an empty list, not a number")
-            return float(np.mean([_number(v, where, metric) for v in value]))
-        return _number(value, where, metric)
-    if kind == "ratio":
-        if aggregation == "perplexity" and not isinstance(value, list):
-            return (_number(value, where, metric), 1.0)  # loglikelihood per doc; count 1
-        if isinstance(value, list) and len(value) == 2:
-            ll, count = _number(value[0], where, metric), _number(value[1], where, metric)
-            if count <= 0:
-                raise GateError(f"{where}: {metric} count is {count}, must be > 0")
-            return (ll, count)
-        raise GateError(f"{where}: {metric} is {_short(value)}, expected [loglikelihood, count]")
-    # corpus: [reference(s), prediction]
-    if isinstance(value, list) and len(value) == 2 and all(_is_text(v) for v in value):
-        return (value[0], value[1])
-    raise GateError(f"{where}: {metric} is {_short(value)}, expected [reference, prediction]")
-
-
-def _is_text(v: Any) -> bool:
-    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 def _read_samples_careful(
@@ -788,7 +697,7 @@ def _read_samples_careful(
             if metric not in line:
                 raise GateError(f"{where}: no value for {metric} (results.json reports {metric},{filt})")
             kind, agg = wanted.kinds[metric]
-            data.values[metric].append(_item_value(kind, agg, line[metric], where, metric))
+            data.values[metric].append(kind.line_value(agg, line, where, metric))
         if wanted.cluster_field is not None:
             doc = line.get("doc")
             if not isinstance(doc, dict) or wanted.cluster_field not in doc:
@@ -938,11 +847,11 @@ def _task_series(
     aggregations = _aggregations(config)
     hib_map = (data.get("higher_is_better") or {}).get(task) or {}
     reported: dict[tuple[str, str], float] = {}
-    kinds: dict[str, tuple[str, str]] = {}
+    kinds: dict[str, tuple[MetricKind, str]] = {}
     per_filter: dict[str, list[str]] = {}
     for (metric, filt), value in sorted(_reported_metrics(entry).items()):
         agg = aggregations.get(metric, _DEFAULT_AGGREGATION.get(metric, "mean"))
-        kind = _kind(agg)
+        kind, agg = _kind_of(task, metric, agg)
         if kind is None:
             # Recorded, not dropped: whoever gates this metric must hear that it cannot be tested.
             untestable[SeriesKey(task, filt, metric)] = aggregation_name(agg)
@@ -979,7 +888,7 @@ def _check_and_build(
     task: str,
     data: dict[str, Any],
     per_filter: dict[str, list[str]],
-    kinds: dict[str, tuple[str, str]],
+    kinds: dict[str, tuple[MetricKind, str]],
     reported: dict[tuple[str, str], float],
     hib_map: dict[str, Any],
     cluster_field: str | None,
@@ -1004,14 +913,14 @@ def _check_and_build(
         clusters = np.asarray(fd.clusters, dtype=str)[order] if cluster_field is not None else None
         for metric in metrics:
             kind, agg = kinds[metric]
-            values = _as_array(kind, fd.values[metric])[order]
+            values = kind.as_array(agg, fd.values[metric])[order]
             try:
-                recomputed = aggregate(kind, agg, values)
+                recomputed = kind.aggregate(agg, values)
             except ValueError as exc:
                 raise GateError(
                     f"{path}: {metric},{filt}: cannot aggregate the per-item values ({exc})"
                 ) from None
-            problem = out_of_range(metric, kind, values)
+            problem = kind.out_of_range(metric, values)
             if problem:
                 raise GateError(f"{path}: {metric},{filt}: {problem}")
             want = reported[(metric, filt)]
@@ -1024,11 +933,9 @@ def _check_and_build(
             hib = hib_map.get(metric)
             series[key] = MetricSeries(
                 key=key,
-                kind=kind,  # type: ignore[arg-type]
+                kind=kind.name,  # type: ignore[arg-type]
                 aggregation=agg,
-                higher_is_better=bool(hib)
-                if isinstance(hib, bool)
-                else agg not in _LOWER_IS_BETTER_AGGREGATIONS,
+                higher_is_better=bool(hib) if isinstance(hib, bool) else agg not in kind.lower_is_better,
                 doc_ids=doc_ids,
                 values=values,
                 hashes=hashes,
@@ -1043,17 +950,6 @@ def _check_and_build(
             "(samples file edited or from another run?)"
         )
     return series
-
-
-def _as_array(kind: str, items: list[Any]) -> np.ndarray:
-    if kind == "mean":
-        return np.asarray(items, dtype=np.float64)
-    if kind == "ratio":
-        return np.asarray(items, dtype=np.float64).reshape(-1, 2)
-    arr = np.empty((len(items), 2), dtype=object)
-    for i, (ref, pred) in enumerate(items):
-        arr[i, 0], arr[i, 1] = ref, pred
-    return arr
 
 
 def _groups(data: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:

@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gatekeeper import trusted
+from gatekeeper.metrics import KINDS, NO_PROBLEM, bind_function, kind_for, kind_named
 from gatekeeper.model import (
-    CORPUS_AGGREGATIONS,
-    RATIO_AGGREGATIONS,
     GateError,
     MetricSeries,
     Provenance,
@@ -61,7 +61,10 @@ if TYPE_CHECKING:
     from gatekeeper.suite import Suite
 
 FORMAT = "gatekeeper-baseline"
-FORMAT_VERSION = 1
+# 2: the kinds added with the metric-kind registry (confusion counts, brier, median, nanmean).
+# A file is written at the lowest version that can hold its kinds, so a baseline of only
+# mean/ratio/corpus metrics stays version 1 (byte-identical to older writers).
+FORMAT_VERSION = 2
 HASH_CHARS = 16  # 64 bits per item hash: collisions are irrelevant at any realistic suite size
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -303,7 +306,7 @@ def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str 
         prov["suite_hash"] = suite_hash
     body = {
         "format": FORMAT,
-        "version": FORMAT_VERSION,
+        "version": max([1] + [kind_named(s.kind).format_version for s in results.series.values()]),
         "suite": suite_name,
         "suite_hash": prov["suite_hash"],
         # The run's own start time, not "now": re-recording the same run gives the same bytes.
@@ -325,7 +328,13 @@ def from_document(doc: dict, *, source: str) -> RunResults:
     prov_data["source"] = source
     prov = Provenance(**prov_data)
     series = {}
+    untestable = {}
     for s in doc["series"]:
+        if not _function_available(s):
+            # A task-defined aggregation with no trusted code to run it: like results.py,
+            # recorded as untestable (an error when gated), never executed from the file.
+            untestable[SeriesKey(s["task"], s["filter"], s["metric"])] = s["aggregation"].split("@")[0]
+            continue
         ms = _series_from(s)
         series[ms.key] = ms
     notes = [f"baseline recorded from {recorded_from}"] if recorded_from else []
@@ -335,7 +344,18 @@ def from_document(doc: dict, *, source: str) -> RunResults:
         groups=doc.get("groups") or {},
         group_subtasks=doc.get("group_subtasks") or {},
         notes=notes,
+        untestable=untestable,
     )
+
+
+def _function_available(s: dict) -> bool:
+    """False for a task-defined (``!function``) series whose function no trusted code provides."""
+    if s["kind"] != "function" or kind_for(s["aggregation"]) is not None:
+        return True
+    fn = trusted.resolve(s["task"], s["metric"], s["aggregation"])
+    if fn is not None:
+        bind_function(s["aggregation"], fn)
+    return fn is not None
 
 
 def _series_doc(s: MetricSeries) -> dict:
@@ -356,26 +376,13 @@ def _series_doc(s: MetricSeries) -> dict:
 
 
 def _values_doc(s: MetricSeries) -> list:
-    if s.kind == "mean":
-        return [float(v) for v in np.asarray(s.values, dtype=np.float64)]
-    if s.kind == "ratio":
-        return [[float(a), float(b)] for a, b in np.asarray(s.values, dtype=np.float64).reshape(-1, 2)]
-    return [[str(a), str(b)] for a, b in np.asarray(s.values, dtype=object).reshape(-1, 2)]
+    return kind_named(s.kind).to_doc(s.values)
 
 
 def _series_from(s: dict) -> MetricSeries:
     kind = s["kind"]
     n = len(s["doc_ids"])
-    if kind == "mean":
-        values = np.asarray(s["values"], dtype=np.float64).reshape(n)
-    elif kind == "ratio":
-        values = np.asarray(s["values"], dtype=np.float64).reshape(n, 2)
-    elif kind == "corpus":
-        values = np.empty((n, 2), dtype=object)
-        for i, (ref, pred) in enumerate(s["values"]):
-            values[i, 0], values[i, 1] = ref, pred
-    else:
-        raise ValueError(f"unknown series kind {kind!r}")
+    values = kind_named(kind).from_doc(s["values"], n)
     hashes = np.asarray(s["hashes"], dtype=str).reshape(n, 3) if n else np.empty((0, 3), dtype=str)
     return MetricSeries(
         key=SeriesKey(s["task"], s["filter"], s["metric"]),
@@ -576,7 +583,8 @@ def _load_run_for(run_dir: Path, suite: Suite) -> RunResults:
     from gatekeeper import results as results_mod
     from gatekeeper.gate import check_run_matches_suite
 
-    res = results_mod.load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
+    with trusted.trusted_code(suite.include_path):
+        res = results_mod.load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
     # Suite hash, task set, lm-eval pin, n-shot, seeds, limit: refused before the file is touched.
     check_run_matches_suite(res, suite, what="run", fix="re-run it with the current suite before storing "
                             f"it as the baseline (gatekeeper run --suite {suite.path} ...)")
@@ -701,7 +709,7 @@ def _check_document(doc: dict) -> None:
     seen = set()
     for i, s in enumerate(series):
         _want(isinstance(s, dict), f"series[{i}]", s, "an object")
-        key = _check_series_doc(i, s)
+        key = _check_series_doc(i, s, doc.get("version", 1))
         _want(key not in seen, f"series[{i}]", key, "each (task, filter, metric) once")
         seen.add(key)
 
@@ -744,14 +752,15 @@ def _check_provenance(prov: Any) -> None:
         _want(seed is None or _is_int(seed), f"provenance.seeds[{name}]", seed, "an integer or null")
 
 
-def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
+def _check_series_doc(i: int, s: dict, version: int) -> tuple[str, str, str]:
     where = f"series[{i}]"
     for key in ("task", "filter", "metric", "kind", "aggregation"):
         _want(isinstance(s.get(key), str) and s[key] != "", f"{where}.{key}", s.get(key), "a non-empty string")
-    kind, agg = s["kind"], s["aggregation"]
-    allowed = {"mean": ("mean",), "ratio": RATIO_AGGREGATIONS, "corpus": CORPUS_AGGREGATIONS}
-    _want(kind in allowed, f"{where}.kind", kind, "mean, ratio or corpus")
-    _want(agg in allowed[kind], f"{where}.aggregation", agg, f"one of {', '.join(allowed[kind])}")
+    allowed = [name for name, k in KINDS.items() if k.format_version <= version]
+    _want(s["kind"] in allowed, f"{where}.kind", s["kind"], f"one of {', '.join(allowed)} (format version {version})")
+    kind, agg = KINDS[s["kind"]], s["aggregation"]
+    _want(kind.accepts(agg), f"{where}.aggregation", agg,
+          f"one of {', '.join(kind.aggregations)}" if kind.aggregations else "!function NAME@HASH")
     _want(isinstance(s.get("higher_is_better"), bool), f"{where}.higher_is_better",
           s.get("higher_is_better"), "true or false")
     reported = s.get("reported")
@@ -765,15 +774,8 @@ def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
     n = len(doc_ids)
     values = s.get("values")
     _want(isinstance(values, list) and len(values) == n, f"{where}.values", values, f"a list of {n} items")
-    for v in values if not (kind == "mean" and _all_finite(values)) else ():
-        if kind == "mean":
-            _want(_is_finite(v), f"{where}.values", v, "finite numbers")
-        elif kind == "ratio":
-            _want(isinstance(v, list) and len(v) == 2 and all(_is_finite(x) for x in v),
-                  f"{where}.values", v, "[loglikelihood, count] pairs")
-        else:
-            _want(isinstance(v, list) and len(v) == 2 and all(_is_text(x) for x in v),
-                  f"{where}.values", v, "[reference, prediction] pairs of text")
+    bad = kind.doc_problem(values)
+    _want(bad is NO_PROBLEM, f"{where}.values", bad, kind.doc_want)
     hashes = s.get("hashes")
     _want(isinstance(hashes, list) and len(hashes) == n, f"{where}.hashes", hashes, f"a list of {n} items")
     for row in hashes if not _all_hashes(hashes) else ():
@@ -787,16 +789,6 @@ def _check_series_doc(i: int, s: dict) -> tuple[str, str, str]:
     return s["task"], s["filter"], s["metric"]
 
 
-def _all_finite(values: list) -> bool:
-    """Fast path: plain finite numbers (no bools), checked without a Python loop per item."""
-    if not set(map(type, values)) <= {int, float}:
-        return False
-    try:
-        return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
-    except OverflowError:
-        return False
-
-
 def _all_hashes(rows: list) -> bool:
     """Fast path: every row is three hex strings of 16 to 64 digits."""
     if set(map(type, rows)) != {list} or set(map(len, rows)) != {3}:
@@ -808,10 +800,6 @@ def _all_hashes(rows: list) -> bool:
 
 
 _HEX_ONLY = re.compile(r"[0-9a-f]*")
-
-
-def _is_text(v: Any) -> bool:
-    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 def _check_series(path: Path, res: RunResults) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 __all__ = [
     "lmeval_runs",
+    "metric_runs",
     "good_copy",
     "results_path",
     "samples_path",
@@ -60,6 +61,50 @@ def lmeval_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         _CACHE["root"] = root
     root = _CACHE["root"]
     return {"good": root / "good", "bad": root / "bad"}
+
+
+METRIC_TASKS_DIR = Path(__file__).resolve().parent / "fixtures" / "metric_tasks"
+METRIC_CHECKPOINTS = ("base", "harmless", "regressed")
+
+
+def _metric_tasks_digest() -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(METRIC_TASKS_DIR.iterdir()):
+        if path.is_file() and path.suffix in (".py", ".yaml") and path.name != "suite.yaml":
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _complete(root: Path) -> bool:
+    return all(any((root / c).glob("*/results_*.json")) for c in METRIC_CHECKPOINTS)
+
+
+@pytest.fixture(scope="session")
+def metric_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """{"base" | "harmless" | "regressed": output dir} of real lm-eval runs (hf backend, CPU) of
+    the demo checkpoints on tests/fixtures/metric_tasks: every metric kind (~2-3 min, once).
+
+    ``GK_METRIC_RUNS=DIR`` keeps the runs across sessions under DIR/<digest of the task files>
+    (a local convenience; the default is a fresh temporary folder)."""
+    if "metric_root" not in _CACHE:
+        if importlib.util.find_spec("lm_eval") is None or importlib.util.find_spec("torch") is None:
+            pytest.skip("lm-eval with torch is not installed")
+        keep = os.environ.get("GK_METRIC_RUNS")
+        root = Path(keep) / _metric_tasks_digest() if keep else tmp_path_factory.mktemp("metric_runs")
+        if not _complete(root):
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                       TQDM_DISABLE="1", HF_HOME=str(root / "hfhome"))
+            proc = subprocess.run([sys.executable, str(METRIC_TASKS_DIR / "run_demo.py"), str(root)],
+                                  cwd=root, env=env, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                raise RuntimeError(f"lm-eval metric-kind runs failed:\n{proc.stderr[-4000:]}")
+        _CACHE["metric_root"] = root
+    root = _CACHE["metric_root"]
+    return {c: root / c for c in METRIC_CHECKPOINTS}
 
 
 @pytest.fixture

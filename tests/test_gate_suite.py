@@ -111,13 +111,13 @@ def test_gated_untestable_aggregation_is_refused_naming_it(tmp_path):
     shutil.copy(MEDIAN_TASK, tmp_path / "ex" / "tasks")
     proc = gk("run", "--suite", suite, "--model", BASE, "--out", tmp_path / "run", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "demo_arith_median/acc,none is gated but its aggregation 'median' cannot be tested" in proc.stderr
+    assert "demo_arith_median/acc,none is gated but its aggregation 'bypass' cannot be tested" in proc.stderr
     assert not (tmp_path / "run").exists()
     # Informational, the same metric is fine: the run goes past the check (stopped by a bad model).
     suite.write_text(suite.read_text().replace("  - name: demo_arith_median\n",
                                                "  - name: demo_arith_median\n    metrics: [{metric: acc, gate: false}]\n"))
     proc = gk("run", "--suite", suite, "--model", tmp_path / "no-model", "--out", tmp_path / "run", cwd=tmp_path)
-    assert proc.returncode == 2 and "median" not in proc.stderr
+    assert proc.returncode == 2 and "bypass" not in proc.stderr
 
 
 # ----------------------------------------------------------------------------- comparability, before the evaluation

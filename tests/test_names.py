@@ -122,15 +122,18 @@ def test_every_problem_is_reported_at_once(tmp_path):
 
 def test_gated_untestable_aggregation_names_it():
     suite = load_suite(EXAMPLES / "gatekeeper.yaml")
-    produced = Produced({**DEMO.leaves, "demo_synth_ppl": {("none", "word_perplexity"): "median",
+    produced = Produced({**DEMO.leaves, "demo_synth_ppl": {("none", "word_perplexity"): "bypass",
                                                            ("none", "byte_perplexity"): "weighted_perplexity",
                                                            ("none", "bits_per_byte"): "bits_per_byte"}},
                         DEMO.groups)
-    with pytest.raises(GateError, match=r"word_perplexity,none is gated but its aggregation 'median' cannot be tested"):
+    with pytest.raises(GateError, match=r"word_perplexity,none is gated but its aggregation 'bypass' cannot be tested"):
         names.check_suite(suite, produced)
+    # A task's own !function aggregation is testable with the suite (its trusted code).
+    produced.leaves["demo_synth_ppl"][("none", "word_perplexity")] = "!function agg_inst_level_acc"
+    names.check_suite(suite, produced)
     # byte_perplexity is informational in the suite: an untestable aggregation there is fine.
     produced.leaves["demo_synth_ppl"] = {("none", "word_perplexity"): "weighted_perplexity",
-                                         ("none", "byte_perplexity"): "median",
+                                         ("none", "byte_perplexity"): "bypass",
                                          ("none", "bits_per_byte"): "bits_per_byte"}
     names.check_suite(suite, produced)
 

@@ -319,7 +319,7 @@ def test_bad_input_raises_value_error(base, cand, msg):
 
 def test_bad_kind_and_clusters_raise():
     with pytest.raises(ValueError, match="unknown kind"):
-        paired_test("median", "median", np.ones(3), np.ones(3), higher_is_better=True)
+        paired_test("histogram", "histogram", np.ones(3), np.ones(3), higher_is_better=True)
     with pytest.raises(ValueError, match="one label per item"):
         paired_test("mean", "mean", np.ones(3), np.zeros(3), higher_is_better=True, clusters=np.ones(2))
 

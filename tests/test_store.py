@@ -155,10 +155,10 @@ def test_newer_format_version_is_refused(tmp_path: Path) -> None:
     store.save_baseline(_results(), path, suite_name="demo", suite_hash=None)
     doc = json.loads(gzip.decompress(path.read_bytes()))
     doc.pop("checksum")
-    doc["version"] = 2
+    doc["version"] = store.FORMAT_VERSION + 1
     doc["checksum"] = store._checksum(doc)
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    with pytest.raises(GateError, match="format version 2 is not supported"):
+    with pytest.raises(GateError, match=f"format version {store.FORMAT_VERSION + 1} is not supported"):
         store.load_baseline(path)
 
 

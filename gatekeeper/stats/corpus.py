@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-CORPUS_AGGREGATIONS = ("bleu", "chrf", "ter")
+CORPUS_AGGREGATIONS = ("bleu", "chrf", "chrf++", "ter")
 
 
 def _is_non_str_iterable(obj: Any) -> bool:
@@ -53,9 +53,9 @@ def _metric(aggregation: str) -> Any:
     if aggregation == "bleu":
         return BLEU(lowercase=False, force=False, tokenize=BLEU.TOKENIZER_DEFAULT, smooth_method="exp",
                     smooth_value=None, effective_order=False)
-    if aggregation == "chrf":
-        return CHRF(char_order=CHRF.CHAR_ORDER, word_order=CHRF.WORD_ORDER, beta=CHRF.BETA,
-                    whitespace=False, eps_smoothing=False)
+    if aggregation in ("chrf", "chrf++"):  # chrf++: corpus_chrf(..., word_order=2), as lm-eval calls it
+        return CHRF(char_order=CHRF.CHAR_ORDER, word_order=2 if aggregation == "chrf++" else CHRF.WORD_ORDER,
+                    beta=CHRF.BETA, whitespace=False, eps_smoothing=False)
     if aggregation == "ter":
         return TER(normalized=False, no_punct=False, asian_support=False, case_sensitive=False)
     raise ValueError(f"unknown corpus aggregation {aggregation!r}")
@@ -66,13 +66,15 @@ def corpus_score(aggregation: str, values: np.ndarray) -> float:
     import sacrebleu
 
     refs, preds = sacreformat(list(values[:, 0]), list(values[:, 1]))
+    if aggregation == "chrf++":
+        return float(sacrebleu.corpus_chrf(preds, refs, word_order=2).score)
     fn = {"bleu": sacrebleu.corpus_bleu, "chrf": sacrebleu.corpus_chrf, "ter": sacrebleu.corpus_ter}
     return float(fn[aggregation](preds, refs).score)
 
 
 def sentence_stats(aggregation: str, values: np.ndarray) -> np.ndarray:
     """Per-item sacrebleu statistics, float64 (n, k): bleu k=10 [sys_len, ref_len, correct1-4,
-    total1-4]; chrf k=18 [hyp, ref, match] x 6 char orders; ter k=2 [edits, ref_len]."""
+    total1-4]; chrf k=18 [hyp, ref, match] x 6 char orders (chrf++ k=24: + 2 word orders); ter k=2 [edits, ref_len]."""
     refs, preds = sacreformat(list(values[:, 0]), list(values[:, 1]))
     metric = _metric(aggregation)
     metric._check_corpus_score_args(preds, refs)
@@ -129,4 +131,4 @@ def ter_score(s: np.ndarray) -> np.ndarray:
     return 100 * ratio
 
 
-SCORE_FNS = {"bleu": bleu_score, "chrf": chrf_score, "ter": ter_score}
+SCORE_FNS = {"bleu": bleu_score, "chrf": chrf_score, "chrf++": chrf_score, "ter": ter_score}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .aggregate import aggregate, check_values, score_fn, unit_stats
-from .corpus import exact_score_from_stats
+from gatekeeper.metrics import MetricKind, kind_named
+
+from .itemwise import item_bootstrap, item_permutation
 from .mcnemar import mcnemar
 from .resampling import Units, bootstrap, permutation_test
 from .result import PairedTest
@@ -21,14 +22,18 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling).
     - other "mean": sign-flip permutation (exact up to 16 nonzero differences) + paired
       percentile bootstrap.
-    - "ratio"/"corpus": permutation swapping the two runs' values within items, and paired
-      bootstrap, both recomputing the aggregate from summed statistics.
+    - other kinds with sufficient statistics (ratio, corpus, confusion counts, ...):
+      permutation swapping the two runs' values within items, and paired bootstrap, both
+      recomputing the aggregate from summed statistics.
+    - kinds without (median, task-defined aggregations): the same, resampling items and
+      calling the aggregate on each resample (no clusters).
     - clusters: the same with whole clusters as the units.
     Degenerate case: when every pair is identical, p_worse = p_better = 1, interval (0, 0),
     se 0 (no evidence either way; the conservative choice) and ``identical`` is True.
     """
-    base = check_values(kind, aggregation, baseline, "baseline")
-    cand = check_values(kind, aggregation, candidate, "candidate")
+    k = kind_named(kind)
+    base = k.check(aggregation, baseline, "baseline")
+    cand = k.check(aggregation, candidate, "candidate")
     if base.shape != cand.shape:
         raise ValueError(f"baseline and candidate must pair row by row: shapes {base.shape} vs {cand.shape}")
     if not 0 < confidence < 1:
@@ -41,12 +46,13 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     if kind == "mean" and labels is None and _is_binary(base) and _is_binary(cand):
         return _mcnemar_test(base, cand, higher_is_better, confidence)
 
-    xb, xc = unit_stats(kind, aggregation, base), unit_stats(kind, aggregation, cand)
-    if kind == "corpus":
-        b_score = exact_score_from_stats(aggregation, xb)
-        c_score = exact_score_from_stats(aggregation, xc)
-    else:
-        b_score, c_score = aggregate(kind, aggregation, base), aggregate(kind, aggregation, cand)
+    stats = k.unit_stats(aggregation, base, cand)
+    if stats is None:
+        if labels is not None:
+            raise ValueError(f"clusters are not supported for aggregation {aggregation!r}; drop the cluster key")
+        return _itemwise_test(k, aggregation, base, cand, higher_is_better, confidence, n_resamples, seed)
+    xb, xc = stats
+    b_score, c_score = k.exact_scores(aggregation, base, cand, xb, xc)
 
     warnings: list[str] = []
     n_clusters = None
@@ -59,11 +65,12 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
                 f"only {n_clusters} clusters (< {MIN_CLUSTERS}): cluster-level p-values and intervals "
                 "are coarse and the interval may undercover"
             )
-    units = Units(xb, xc, score_fn(kind, aggregation), mean_of_diff=(kind == "mean" and labels is None))
+    units = Units(xb, xc, k.score_fn(aggregation), mean_of_diff=(k.mean_of_diff and labels is None))
 
     ss_perm, ss_boot = np.random.SeedSequence(seed).spawn(2)
     perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
-    test = _test_name(kind, labels is not None, perm is not None and perm.exact)
+    exact = perm is not None and perm.exact
+    test = "cluster-permutation" if labels is not None else k.test_name(exact)
     common = dict(test=test, n=n, n_clusters=n_clusters, baseline=b_score, candidate=c_score,
                   delta=c_score - b_score, confidence=confidence)
     if perm is None:  # every pair identical
@@ -77,7 +84,7 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
 
 def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float) -> PairedTest:
     r = mcnemar(base, cand, higher_is_better, confidence)
-    b_score, c_score = aggregate("mean", "mean", base), aggregate("mean", "mean", cand)
+    b_score, c_score = kind_named("mean").aggregate("mean", base), kind_named("mean").aggregate("mean", cand)
     flips = r.b + r.c
     both_right = int(np.count_nonzero((base == 1) & (cand == 1)))
     # Under H0 the flips go either way: the test's spread is sqrt(flips) / n.
@@ -111,9 +118,29 @@ def _cluster_sums(x: np.ndarray, inverse: np.ndarray, n_clusters: int) -> np.nda
     return out
 
 
-def _test_name(kind: str, clustered: bool, exact: bool) -> str:
-    if clustered:
-        return "cluster-permutation"
-    if kind == "mean":
-        return "exact-sign-flip" if exact else "sign-flip-permutation"
-    return f"{kind}-permutation"
+def _itemwise_test(k: MetricKind, aggregation: str, base: np.ndarray, cand: np.ndarray, hib: bool,
+                   confidence: float, n_resamples: int, seed: int) -> PairedTest:
+    """Resample items and call the kind's aggregate per resample (no sufficient statistics)."""
+    n = int(base.shape[0])
+    b_score, c_score = k.aggregate(aggregation, base), k.aggregate(aggregation, cand)
+    warnings: tuple[str, ...] = ()
+    wanted, n_resamples = n_resamples, k.resamples(aggregation, base, n_resamples)
+    if n_resamples < wanted:
+        warnings = (f"{n_resamples} resamples instead of {wanted}: the task's own aggregation is called once "
+                    f"per resample (the interval and p-value are coarser; smallest p 1/{n_resamples + 1})",)
+    common = dict(test=k.test_name(False), n=n, n_clusters=None, baseline=b_score, candidate=c_score,
+                  delta=c_score - b_score, confidence=confidence)
+    if k.identical(base, cand):
+        return PairedTest(**common, ci_low=0.0, ci_high=0.0, p_worse=1.0, p_better=1.0, se=0.0,
+                          n_resamples=0, identical=True)
+    both = np.concatenate([base, cand])
+
+    def score(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return k.resample_score(aggregation, values, idx)
+
+    ss_perm, ss_boot = np.random.SeedSequence(seed).spawn(2)
+    perm = item_permutation(both, n, score, hib, n_resamples, ss_perm)
+    boot = item_bootstrap(both, n, score, confidence, n_resamples, ss_boot)
+    return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
+                      p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
+                      warnings=warnings, se_null=perm.se, draws=boot.draws)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gatekeeper.metrics import kind_named
+
 ABS_FLOOR = 1e-12  # for values at or near 0, where a relative tolerance means nothing
 
 
@@ -21,13 +23,15 @@ def snap_rounding(kind: str, baseline: np.ndarray, candidate: np.ndarray,
     A candidate item counts as equal to its baseline item when
     ``|c - b| <= rel * max(|b|, |c|) + ABS_FLOOR``. For "ratio" items the log-likelihood column
     is compared and the item snaps only when its count (words, bytes) is the same. "corpus"
-    items are text: equal or not, nothing to round. ``rel`` 0 switches the floor off.
+    items are text: equal or not, nothing to round. The kind decides which (``rounding``).
+    ``rel`` 0 switches the floor off.
     """
-    if kind == "corpus" or rel <= 0:
+    mode = kind_named(kind).rounding
+    if mode == "none" or rel <= 0:
         return candidate, 0
     b = np.asarray(baseline, dtype=np.float64)
     c = np.asarray(candidate, dtype=np.float64)
-    if kind == "ratio":
+    if mode == "loglik":
         bv, cv = b[:, 0], c[:, 0]
         same_count = b[:, 1] == c[:, 1]
     else:
@@ -40,7 +44,7 @@ def snap_rounding(kind: str, baseline: np.ndarray, candidate: np.ndarray,
     if n == 0:
         return candidate, 0
     out = c.copy()
-    if kind == "ratio":
+    if mode == "loglik":
         out[snap, 0] = bv[snap]
     else:
         out[snap] = bv[snap]
