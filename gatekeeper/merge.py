@@ -35,6 +35,7 @@ from typing import Any
 
 from gatekeeper import results
 from gatekeeper.model import GateError
+from gatekeeper.runner import check_output  # torch-free: runner imports lm-eval lazily
 from gatekeeper.stats import aggregate
 
 MANIFEST_NAME = results.MANIFEST_NAME
@@ -78,7 +79,7 @@ def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
     lines = {task: [line for line, _ in items] for task, items in merged.items()}
     target = Path(out_dir) / str(data.get("model_name_sanitized") or shards[0].results_file.parent.name)
     fresh = not Path(out_dir).exists()
-    _check_out(Path(out_dir), target)
+    check_output(Path(out_dir), target)
     try:
         return _write(shards, data, lines, Path(out_dir), target)
     except BaseException:
@@ -336,15 +337,6 @@ def _merged_manifest(shards: list[ShardRun], results_name: str, samples: dict[st
     manifest["command"] = list(sys.argv)
     manifest["results_file"], manifest["samples_files"] = results_name, dict(sorted(samples.items()))
     return manifest
-
-
-def _check_out(out_dir: Path, target: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GateError(f"{out_dir}: cannot create output directory ({exc.strerror})") from None
-    if target.exists():
-        raise GateError(f"{target}: already holds a run; choose a fresh --out or remove it")
 
 
 def _fsync_tree(folder: Path) -> None:

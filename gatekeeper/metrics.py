@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from gatekeeper.model import GateError
+from gatekeeper.model import GateError, is_finite
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 _NUMBERS = frozenset({float, int, bool})
@@ -151,7 +151,7 @@ class MetricKind:
             except OverflowError:
                 pass
         for v in values:
-            if not _is_finite(v):
+            if not is_finite(v):
                 return v
         return NO_PROBLEM
 
@@ -200,13 +200,6 @@ class _NoProblem:
 NO_PROBLEM = _NoProblem()
 
 
-def _is_finite(v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:
-        return False
 
 
 def _sum_count(values: np.ndarray) -> np.ndarray:
@@ -326,7 +319,7 @@ class RatioKind(MetricKind):
 
     def doc_problem(self, values: list[Any]) -> Any:
         for v in values:
-            if not (isinstance(v, list) and len(v) == 2 and all(_is_finite(x) for x in v)):
+            if not (isinstance(v, list) and len(v) == 2 and all(is_finite(x) for x in v)):
                 return v
         return NO_PROBLEM
 
@@ -690,7 +683,7 @@ class NanMeanKind(MetricKind):
 
     def doc_problem(self, values: list[Any]) -> Any:
         for v in values:
-            if v is not None and not _is_finite(v):
+            if v is not None and not is_finite(v):
                 return v
         return NO_PROBLEM
 

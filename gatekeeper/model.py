@@ -9,6 +9,7 @@ Nothing here imports torch, lm-eval or does I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,3 +144,18 @@ class RunResults:
     @property
     def tasks(self) -> list[str]:
         return sorted({k.task for k in self.series})
+
+
+def is_int(v: Any) -> bool:
+    """A JSON integer (``True`` is an int to Python, not to a file format)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_finite(v: Any) -> bool:
+    """A finite JSON number (not a bool); integers beyond float range are not."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False

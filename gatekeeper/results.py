@@ -39,6 +39,8 @@ from gatekeeper.model import (
     Provenance,
     RunResults,
     SeriesKey,
+    is_finite,
+    is_int,
 )
 from gatekeeper.trusted import aggregation_id, function_name
 
@@ -254,18 +256,8 @@ def _bad_field(path: Path, field: str, value: Any, want: str) -> GateError:
     )
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_finite(v: Any) -> bool:
-    """A finite JSON number (not a bool); ints beyond float range are not."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:
-        return False
 
 
 def _objects(path: Path, data: dict[str, Any], key: str, check: Any, want: str) -> None:
@@ -284,15 +276,15 @@ def _check_types(path: Path, data: dict[str, Any]) -> None:
     _objects(path, data, "results", lambda v: isinstance(v, dict), "an object")
     _objects(path, data, "groups", lambda v: isinstance(v, dict), "an object")
     _objects(path, data, "configs", lambda v: isinstance(v, dict), "an object (a task config)")
-    _objects(path, data, "versions", lambda v: v is None or isinstance(v, str) or _is_finite(v),
+    _objects(path, data, "versions", lambda v: v is None or isinstance(v, str) or is_finite(v),
              "a version (string or number)")
-    _objects(path, data, "n-shot", lambda v: v is None or (_is_int(v) and 0 <= v < 1 << 31),
+    _objects(path, data, "n-shot", lambda v: v is None or (is_int(v) and 0 <= v < 1 << 31),
              "a number of few-shot examples")
     _objects(path, data, "higher_is_better",
              lambda v: isinstance(v, dict) and all(h is None or isinstance(h, bool) for h in v.values()),
              "an object of true/false per metric")
     _objects(path, data, "n-samples",
-             lambda v: isinstance(v, dict) and all(_is_int(v.get(k)) and 0 <= v[k] < 1 << 53
+             lambda v: isinstance(v, dict) and all(is_int(v.get(k)) and 0 <= v[k] < 1 << 53
                                                    for k in ("original", "effective")),
              'an object {"original": N, "effective": N}')
     _objects(path, data, "task_hashes", lambda v: isinstance(v, str) and _HEX64.fullmatch(v) is not None,
@@ -305,13 +297,13 @@ def _check_types(path: Path, data: dict[str, Any]) -> None:
     if data.get("chat_template_sha") is not None and not isinstance(data["chat_template_sha"], str):
         raise _bad_field(path, "'chat_template_sha'", data["chat_template_sha"], "a string or null")
     date = data.get("date")
-    if date is not None and not (_is_finite(date) and 0 <= float(date) <= _MAX_DATE):
+    if date is not None and not (is_finite(date) and 0 <= float(date) <= _MAX_DATE):
         raise _bad_field(path, "'date'", date, "a Unix time in seconds")
     _check_config(path, data.get("config"))
     for section in ("results", "groups"):
         for task, entry in (data.get(section) or {}).items():
             for (metric, filt), value in _reported_metrics(entry).items():
-                if isinstance(value, (int, float)) and not _is_finite(value):
+                if isinstance(value, (int, float)) and not is_finite(value):
                     raise _bad_field(path, f"{section}[{task}] {metric},{filt}", value, "a finite number")
 
 
@@ -331,7 +323,7 @@ def _check_config(path: Path, config: Any) -> None:
         if value is None:
             continue
         if not isinstance(value, types) or isinstance(value, bool) or (
-            isinstance(value, (int, float)) and not _is_finite(value)
+            isinstance(value, (int, float)) and not is_finite(value)
         ):
             names = " or ".join("an object" if t is dict else f"a{'n' if t is int else ''} {t.__name__}"
                                 for t in types)

@@ -272,7 +272,7 @@ def check_output(out_dir: Path, target: Path) -> None:
         raise GateError(f"{out_dir}: output directory is not writable ({exc.strerror})") from None
     if target.exists():
         raise GateError(
-            f"{target}: already holds a run; choose a fresh --out or remove it (runs are never merged)"
+            f"{target}: already holds a run; choose a fresh --out or remove it (runs are never written over)"
         )
 
 

@@ -29,7 +29,6 @@ import gzip
 import hashlib
 import itertools
 import json
-import math
 import os
 import re
 import stat
@@ -54,6 +53,8 @@ from gatekeeper.model import (
     Provenance,
     RunResults,
     SeriesKey,
+    is_finite,
+    is_int,
 )
 from gatekeeper.stats import aggregate
 
@@ -658,17 +659,8 @@ def _want(ok: bool, field: str, value: Any, expected: str) -> None:
         raise _Bad(field, value, expected)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_finite(v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:
-        return False
 
 
 def _opt(v: Any, *types: type) -> bool:
@@ -697,7 +689,7 @@ def _check_document(doc: dict) -> None:
     groups = doc.get("groups", {})
     _want(isinstance(groups, dict), "groups", groups, "an object")
     for name, metrics in groups.items():
-        _want(isinstance(metrics, dict) and all(_is_finite(v) for v in metrics.values()),
+        _want(isinstance(metrics, dict) and all(is_finite(v) for v in metrics.values()),
               f"groups[{name}]", metrics, "an object of finite numbers")
     subtasks = doc.get("group_subtasks", {})
     _want(isinstance(subtasks, dict), "group_subtasks", subtasks, "an object")
@@ -724,20 +716,20 @@ def _check_provenance(prov: Any) -> None:
     _want(_opt(prov.get("batch_size"), str, int), "provenance.batch_size", prov.get("batch_size"),
           "a number, a string or null")
     limit = prov.get("limit")
-    _want(limit is None or _is_finite(limit), "provenance.limit", limit, "a number or null")
+    _want(limit is None or is_finite(limit), "provenance.limit", limit, "a number or null")
     date = prov.get("date")
-    _want(date is None or (_is_finite(date) and 0 <= float(date) <= _MAX_DATE), "provenance.date", date,
+    _want(date is None or (is_finite(date) and 0 <= float(date) <= _MAX_DATE), "provenance.date", date,
           "a Unix time in seconds or null")
     for task, n in (prov.get("n_shot") or {}).items():
-        _want(n is None or (_is_int(n) and 0 <= n < 1 << 31), f"provenance.n_shot[{task}]", n,
+        _want(n is None or (is_int(n) and 0 <= n < 1 << 31), f"provenance.n_shot[{task}]", n,
               "a number of examples")
     for task, cfg in (prov.get("configs") or {}).items():
         _want(isinstance(cfg, dict), f"provenance.configs[{task}]", cfg, "an object")
     for task, version in (prov.get("task_versions") or {}).items():
-        _want(version is None or isinstance(version, str) or _is_finite(version),
+        _want(version is None or isinstance(version, str) or is_finite(version),
               f"provenance.task_versions[{task}]", version, "a version")
     for task, counts in (prov.get("n_samples") or {}).items():
-        _want(isinstance(counts, dict) and all(_is_int(counts.get(k)) and 0 <= counts[k] <= _MAX_DOC_ID
+        _want(isinstance(counts, dict) and all(is_int(counts.get(k)) and 0 <= counts[k] <= _MAX_DOC_ID
                                                for k in ("original", "effective")),
               f"provenance.n_samples[{task}]", counts, 'an object {"original": N, "effective": N}')
     for task, h in (prov.get("task_hashes") or {}).items():
@@ -749,7 +741,7 @@ def _check_provenance(prov: Any) -> None:
     if problem:
         raise _Bad("provenance.manifest", problem)
     for name, seed in (prov.get("seeds") or {}).items():
-        _want(seed is None or _is_int(seed), f"provenance.seeds[{name}]", seed, "an integer or null")
+        _want(seed is None or is_int(seed), f"provenance.seeds[{name}]", seed, "an integer or null")
 
 
 def _check_series_doc(i: int, s: dict, version: int) -> tuple[str, str, str]:
@@ -764,12 +756,12 @@ def _check_series_doc(i: int, s: dict, version: int) -> tuple[str, str, str]:
     _want(isinstance(s.get("higher_is_better"), bool), f"{where}.higher_is_better",
           s.get("higher_is_better"), "true or false")
     reported = s.get("reported")
-    _want(reported is None or _is_finite(reported), f"{where}.reported", reported, "a finite number or null")
+    _want(reported is None or is_finite(reported), f"{where}.reported", reported, "a finite number or null")
     doc_ids = s.get("doc_ids")
     _want(isinstance(doc_ids, list) and len(doc_ids) > 0, f"{where}.doc_ids", doc_ids, "a non-empty list")
     if not (set(map(type, doc_ids)) == {int} and 0 <= min(doc_ids) and max(doc_ids) <= _MAX_DOC_ID):
         for d in doc_ids:  # the slow loop only to name the offending value
-            _want(_is_int(d) and 0 <= d <= _MAX_DOC_ID, f"{where}.doc_ids", d, "integers from 0 to 2**53-1")
+            _want(is_int(d) and 0 <= d <= _MAX_DOC_ID, f"{where}.doc_ids", d, "integers from 0 to 2**53-1")
     _want(len(set(doc_ids)) == len(doc_ids), f"{where}.doc_ids", "duplicates", "each doc once")
     n = len(doc_ids)
     values = s.get("values")
