@@ -27,6 +27,8 @@ from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
 
 COMMANDS = ("gate", "run", "compare", "promote")
+# Events whose GITHUB_SHA (the checkout) is the default branch's latest commit, not the PR's code.
+DEFAULT_BRANCH_EVENTS = ("workflow_run", "issue_comment", "check_run", "check_suite")
 FAIL_ON = ("regression", "never")
 # Inputs a workflow_dispatch event may override (never the token: dispatch inputs are public).
 DISPATCHABLE = (
@@ -147,8 +149,16 @@ def fork_refusal(job: Job, inputs: Inputs, client: GitHubClient | None = None) -
     On a self-hosted runner (and always with pull_request_target's write token) every event
     that can run a pull request's code must show that the PR's head is this repository: from
     the payload where it names the head repository, else from ``GET /pulls/{n}``. Whatever
-    cannot be verified is refused (fail closed): a checkpoint is code."""
+    cannot be verified is refused (fail closed): a checkpoint is code.
+
+    ``compare`` and ``promote`` load no model, but they do run the checked-out suite's task code
+    (``!function`` aggregations from its include_path). On events whose checkout is the default
+    branch (``DEFAULT_BRANCH_EVENTS``) that code is trusted and the fork's files are data: this is
+    how the fork split's report job (``workflow_run``) handles a fork's artifact safely. On
+    pull_request events the checkout is the PR's code, so they are refused there too."""
     if inputs.flag("allow-forks"):
+        return None
+    if inputs["command"] in ("compare", "promote") and job.event.name in DEFAULT_BRANCH_EVENTS:
         return None
     runner_env = job.env.get("RUNNER_ENVIRONMENT", "").strip().lower() or "self-hosted"
     if job.event.name == "pull_request_target":

@@ -11,7 +11,7 @@ and ``baseline record/promote`` read it like any other run:
 
 - samples lines are copied byte for byte, ordered as lm-eval orders them (filter, then doc id);
 - each task's metrics are recomputed from the merged per-item values as lm-eval computes them
-  (``stats.aggregate``; ``mean_stderr`` for means; "N/A" where lm-eval bootstraps a stderr),
+  (the metric kind's exact aggregate; ``mean_stderr`` for means; "N/A" where lm-eval bootstraps a stderr),
   ``task_hashes`` as ``EvaluationTracker`` does, groups as ``Group.aggregate`` does (size-weighted
   or plain mean, pooled stderr) from the aggregation each shard recorded in its manifest;
 - the merged folder is read back with ``results.load_run`` (which recomputes every aggregate)
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper import results
+from gatekeeper.metrics import kind_for
 from gatekeeper.model import GateError
 from gatekeeper.runner import check_output  # torch-free: runner imports lm-eval lazily
-from gatekeeper.stats import aggregate
 
 MANIFEST_NAME = results.MANIFEST_NAME
 # results.json fields that must be equal in every shard (the rest is per-machine context).
@@ -50,6 +50,7 @@ _SAME_MANIFEST = ("suite_hash", "suite_name", "model_files", "lm_eval_version", 
                   "limit", "tasks", "revision", "torch_version", "transformers_version")
 # lm-eval bootstraps these aggregations' stderr (random draws): not recomputable, written "N/A".
 _CLOSED_FORM_STDERR = {"mean"}
+_MERGEABLE_KINDS = {"mean", "ratio", "corpus"}
 
 
 @dataclass
@@ -250,13 +251,15 @@ def _recompute_task(task: str, config: dict[str, Any], entry: dict[str, Any], it
             continue
         metric, _, filt = key.partition(",")
         agg = aggregations.get(metric, results._DEFAULT_AGGREGATION.get(metric, "mean"))
-        kind = results._kind(agg)
-        if kind is None:
+        kind = kind_for(agg)
+        # Per-item means, ratios of sums and corpus statistics merge exactly; confusion-matrix,
+        # median and task-defined aggregations are not recomputed here (yet).
+        if kind is None or kind.name not in _MERGEABLE_KINDS:
             raise GateError(f"task {task}: metric {metric} has aggregation {results.aggregation_name(agg)}, "
                             "which merge cannot recompute from per-item values; run this suite unsharded")
         raw = [i[metric] for i in items if i["filter"] == filt and metric in i]
-        values = [results._item_value(kind, agg, v, task, metric) for v in raw]
-        entry[key] = aggregate(kind, agg, results._as_array(kind, values))
+        values = [kind.item_value(agg, v, task, metric) for v in raw]
+        entry[key] = kind.aggregate(agg, kind.as_array(agg, values))
         stderr_key = f"{metric}_stderr,{filt}"
         if stderr_key in entry:
             closed = agg in _CLOSED_FORM_STDERR and isinstance(boot, int) and boot > 0 and len(raw) > 1

@@ -672,7 +672,8 @@ def _refused(res: dict) -> str:
 ])
 def test_events_that_name_a_fork_pr_by_number_are_refused_after_a_lookup(ws, gh, capfd, event, payload):
     gh.add_pull(12, "evil/fork", fork=True)
-    line = _refused(act(ws, gh, capfd, event, payload, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz"))
+    line = _refused(act(ws, gh, capfd, event, payload, env_over=SELF_HOSTED, command="gate",
+                        model="checkpoints/x"))
     assert "refusing to evaluate code from fork evil/fork on a self-hosted runner" in line
     assert (gh.requests[0].method, gh.requests[0].path) == ("GET", f"/repos/{REPO}/pulls/12")
     assert gh.writes() == []
@@ -697,9 +698,21 @@ def test_a_deleted_fork_is_refused(ws, gh, capfd):
     assert "(deleted fork)" in line
 
 
+def test_a_fork_artifact_is_compared_on_workflow_run_but_never_on_pull_request(ws, gh, capfd):
+    """The fork split: workflow_run checks out the default branch, so comparing a fork's result
+    files there runs no fork code; a pull_request checkout is the fork's code (task functions)."""
+    res = act(ws, gh, capfd, "workflow_run", workflow_run_event("evil/fork"), env_over=SELF_HOSTED,
+              candidate="runs/harmless.json.gz")
+    assert res["code"] == 0 and res["outputs"]["verdict"] == "pass", res["out"][-2000:]
+    pr = {"pull_request": {"number": 12, "head": {"sha": HEAD, "repo": {"full_name": "evil/fork"}},
+                           "base": {"sha": BASE, "repo": {"full_name": REPO}}}}
+    line = _refused(act(ws, gh, capfd, "pull_request", pr, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz"))
+    assert "fork evil/fork" in line
+
+
 def test_a_fork_workflow_run_is_refused_from_its_payload(ws, gh, capfd):
     line = _refused(act(ws, gh, capfd, "workflow_run", workflow_run_event("evil/fork"), env_over=SELF_HOSTED,
-                        candidate="runs/harmless.json.gz"))
+                        command="gate", model="checkpoints/x"))
     assert "fork evil/fork" in line and gh.writes() == []
     assert not [r for r in gh.requests if "/pulls/" in r.path and "/commits/" not in r.path]
 
@@ -716,7 +729,7 @@ def test_a_pr_head_that_cannot_be_verified_is_refused(ws, gh, capfd, case):
         event, payload = "check_suite", check_event("check_suite", [])
     elif case == "no head repository":
         event, payload = "workflow_run", workflow_run_event(None)
-    res = act(ws, gh, capfd, event, payload, env_over=env, candidate="runs/harmless.json.gz")
+    res = act(ws, gh, capfd, event, payload, env_over=env, command="gate", model="checkpoints/x")
     line = _refused(res)
     assert "cannot be verified to be octo/repo" in line
     assert gh.writes() == [] and "refused" in res["summary"]
