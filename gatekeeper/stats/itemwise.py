@@ -23,6 +23,7 @@ from .resampling import (
     _spread,
     _tail_counts,
     _tolerance,
+    percentile_interval,
 )
 
 IndexScore = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -55,11 +56,4 @@ def item_bootstrap(both: np.ndarray, n: int, score: IndexScore, confidence: floa
         idx = rng.integers(0, n, size=(size, n), dtype=np.int64)
         return score(both, idx + n) - score(both, idx)
 
-    t_star = _map_chunks(draw, _chunks(n_resamples, n), seed_seq)
-    finite = t_star[np.isfinite(t_star)]
-    if finite.size == 0:
-        raise ValueError("every bootstrap resample gave an undefined aggregate")
-    alpha = 1 - confidence
-    lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
-    se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
-    return BootstrapResult(float(lo), float(hi), se, int(t_star.size), t_star)
+    return percentile_interval(_map_chunks(draw, _chunks(n_resamples, n), seed_seq), confidence)

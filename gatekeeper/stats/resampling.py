@@ -270,9 +270,14 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
 
     if draw is not None:
         t_star = _map_chunks(draw, _chunks(n_resamples, m), seed_seq)
+    return percentile_interval(t_star, confidence, "e.g. zero counts")
+
+
+def percentile_interval(t_star: np.ndarray, confidence: float, why: str = "") -> BootstrapResult:
+    """The percentile interval and standard error of bootstrap replicates (undefined ones dropped)."""
     finite = t_star[np.isfinite(t_star)]
     if finite.size == 0:
-        raise ValueError("every bootstrap resample gave an undefined aggregate (e.g. zero counts)")
+        raise ValueError("every bootstrap resample gave an undefined aggregate" + (f" ({why})" if why else ""))
     alpha = 1 - confidence
     lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
     se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
