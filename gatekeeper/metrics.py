@@ -200,6 +200,14 @@ class _NoProblem:
 NO_PROBLEM = _NoProblem()
 
 
+def _first_bad_pair(values: list[Any], ok: Callable[[Any], bool]) -> Any:
+    """For kinds stored as a pair per item: the first item that is not two ``ok`` values."""
+    for v in values:
+        if not (isinstance(v, list) and len(v) == 2 and all(ok(x) for x in v)):
+            return v
+    return NO_PROBLEM
+
+
 
 
 def _sum_count(values: np.ndarray) -> np.ndarray:
@@ -318,10 +326,7 @@ class RatioKind(MetricKind):
         return [[float(a), float(b)] for a, b in np.asarray(values, dtype=np.float64).reshape(-1, 2)]
 
     def doc_problem(self, values: list[Any]) -> Any:
-        for v in values:
-            if not (isinstance(v, list) and len(v) == 2 and all(is_finite(x) for x in v)):
-                return v
-        return NO_PROBLEM
+        return _first_bad_pair(values, is_finite)
 
     def from_doc(self, values: list[Any], n: int) -> np.ndarray:
         return np.asarray(values, dtype=np.float64).reshape(n, 2)
@@ -416,10 +421,7 @@ class CorpusKind(MetricKind):
         return [[_text_doc(a), _text_doc(b)] for a, b in np.asarray(values, dtype=object).reshape(-1, 2)]
 
     def doc_problem(self, values: list[Any]) -> Any:
-        for v in values:
-            if not (isinstance(v, list) and len(v) == 2 and all(_is_text(x) for x in v)):
-                return v
-        return NO_PROBLEM
+        return _first_bad_pair(values, _is_text)
 
     def from_doc(self, values: list[Any], n: int) -> np.ndarray:
         return self.as_array("", values)
@@ -514,11 +516,7 @@ class ConfusionKind(MetricKind):
         return np.asarray(values, dtype=np.int64).reshape(-1, 2).tolist()
 
     def doc_problem(self, values: list[Any]) -> Any:
-        for v in values:
-            if not (isinstance(v, list) and len(v) == 2 and all(_is_label(x) and not isinstance(x, bool)
-                                                              for x in v)):
-                return v
-        return NO_PROBLEM
+        return _first_bad_pair(values, lambda x: _is_label(x) and not isinstance(x, bool))
 
     def from_doc(self, values: list[Any], n: int) -> np.ndarray:
         return np.asarray(values, dtype=np.int64).reshape(n, 2)
