@@ -97,7 +97,7 @@ def _write_run(root: Path, name: str, data: dict[str, dict[str, np.ndarray]]) ->
             hib[task] = {"acc": True}
             output_type = "multiple_choice"
             if "gold" in cols:  # f1 and mcc exactly as lm-eval (sklearn) computes them
-                from gatekeeper.metrics import kind_named
+                from gatekeeper.results.metrics import kind_named
 
                 pairs = np.column_stack([cols["gold"], cols["pred"]])
                 for metric, agg in (("f1", "f1"), ("mcc", "matthews_corrcoef")):
@@ -169,7 +169,8 @@ def time_gatekeeper(base: Path, cand: Path, resamples: int, out: Path) -> tuple[
 
 
 def save_baseline_file(base: Path, root: Path) -> Path:
-    from gatekeeper import results, store
+    from gatekeeper.baseline import store
+    from gatekeeper.results import reader as results
 
     path = root / "baseline.json.gz"
     store.save_baseline(results.load_run(base), path, suite_name="bench", suite_hash=None)

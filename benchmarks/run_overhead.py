@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gatekeeper.suite import load_suite  # noqa: E402
+from gatekeeper.suite.suite import load_suite  # noqa: E402
 
 FALLBACK_SUITE = """\
 name: overhead

@@ -1,4 +1,4 @@
-"""Speed of gatekeeper.stats against lm-eval's own bootstrap, on the same synthetic data.
+"""Speed of gatekeeper.compare.stats against lm-eval's own bootstrap, on the same synthetic data.
 
 Prints figures; it is not a test. Run:  python benchmarks/stats_speed.py [--full]
 
@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from gatekeeper.stats import paired_test
+from gatekeeper.compare.stats import paired_test
 
 N_RESAMPLES = 10_000
 BINARY_TASKS, BINARY_ITEMS = 54, 90_000

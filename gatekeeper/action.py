@@ -16,15 +16,22 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.model import GateError
+from gatekeeper.errors import GateError
+from gatekeeper.files import atomic_write_bytes
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
+from gatekeeper.text import escape_untrusted
+
+# The stages (suite, gate, report, baseline) are imported where a command needs them: a refused
+# fork or a bad input is answered before numpy, scipy and lm-eval are loaded.
 
 COMMANDS = ("gate", "run", "compare", "promote")
 # Events whose GITHUB_SHA (the checkout) is the default branch's latest commit, not the PR's code.
@@ -246,7 +253,7 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
     )
 
 
-# -- pull requests: baseline and policy from the base commit (gatekeeper/prbase.py) -----------
+# -- pull requests: baseline and policy from the base commit (gatekeeper/baseline/prbase.py) -----------
 
 
 @contextmanager
@@ -259,7 +266,7 @@ def pr_base(job: Job, inputs: Inputs, suite) -> Iterator[Any]:
                             "the base commit to gate against")
         yield None
         return
-    from gatekeeper.prbase import pr_base as read_base
+    from gatekeeper.baseline.prbase import pr_base as read_base
 
     baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
     with read_base(job.event.pull_request, suite, baseline=baseline, bootstrap=inputs.flag("bootstrap")) as base:
@@ -282,7 +289,7 @@ def _under_headline(markdown: str, notes: list[str]) -> str:
 
 
 def evaluate(job: Job, inputs: Inputs) -> Evaluation:
-    from gatekeeper.suite import load_suite
+    from gatekeeper.suite.suite import load_suite
 
     suite = load_suite(_path(job, inputs["suite"]))
     if inputs["command"] in ("gate", "compare"):
@@ -298,12 +305,12 @@ def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
     # refuses to write over an earlier run's files.
     out = _path(job, inputs["out"] or DEFAULTS["out"]) / _run_folder(job)
     if command == "promote":
-        from gatekeeper import store
+        from gatekeeper.gate import promote_run
 
         if not inputs["candidate"]:
             raise GateError("command promote: set the candidate input to the run directory to promote")
         run_dir = _path(job, inputs["candidate"])
-        written = store.promote(run_dir, suite)
+        written = promote_run(run_dir, suite)
         text = f"Promoted {run_dir.name} as the new baseline of suite {suite.name}: {written}"
         return Evaluation(0, "promoted", _notice_md(text), text, run_dir=run_dir, suite=suite)
     if command == "compare":
@@ -313,7 +320,7 @@ def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
     model = events.resolve_model(inputs["model"], job.event, job.workspace)
     with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
         if command == "run":
-            from gatekeeper import runner
+            from gatekeeper.run import runner
 
             run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log)
             text = f"Evaluated suite {suite.name}; run written to {run_dir}"
@@ -336,8 +343,6 @@ def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
 
 
 def _run_folder(job: Job) -> str:
-    import time
-
     run_id = job.env.get("GITHUB_RUN_ID")
     attempt = job.env.get("GITHUB_RUN_ATTEMPT", "1")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -345,8 +350,6 @@ def _run_folder(job: Job) -> str:
 
 
 def _notice_md(text: str) -> str:
-    from gatekeeper.report import escape_untrusted
-
     return f"### ✅ {escape_untrusted(text, 1000)}"
 
 
@@ -367,8 +370,6 @@ def _compare(job: Job, inputs: Inputs, suite, base) -> Evaluation:
 
 
 def error_evaluation(message: str, verdict: str = "error") -> Evaluation:
-    from gatekeeper.report import escape_untrusted
-
     lines = [escape_untrusted(ln, 500) for ln in message.splitlines()[:30] if ln.strip()]
     title = "gatekeeper refused to run" if verdict == "refused" else "gatekeeper could not run"
     body = f"### ⚠️ {title}\n\n" + "\n".join(f"- {ln}" for ln in lines)
@@ -475,8 +476,6 @@ def _write_report_json(job: Job, ev: Evaluation) -> str:
         return ""
     base = ev.run_dir if ev.run_dir and ev.run_dir.is_dir() else job.workspace / ".gatekeeper"
     path = base / "gatekeeper-report.json"
-    from gatekeeper.store import atomic_write_bytes
-
     try:
         atomic_write_bytes(path, (json.dumps(ev.report_json, indent=2) + "\n").encode("utf-8"))
     except GateError as err:
@@ -569,16 +568,12 @@ def _write_runner_files(job: Job, summary: str, outputs: dict[str, str], *, rese
 
 def _log_traceback(console: ci.Console) -> None:
     """The traceback, folded, with workflow commands off (it can quote untrusted text)."""
-    import traceback
-
     with console.group("gatekeeper: internal error details") as log:
         for line in traceback.format_exc().splitlines():
             log(line)
 
 
 def _md_note(text: str) -> str:
-    from gatekeeper.report import escape_untrusted
-
     return escape_untrusted(text, 600)
 
 
@@ -595,9 +590,9 @@ def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
     try:
         if not inputs.flag("promote-on-green") or ev.outcome is None or ev.run_dir is None:
             return
-        from gatekeeper import store
+        from gatekeeper.gate import promote_run
 
-        written = store.promote(ev.run_dir, ev.suite)
+        written = promote_run(ev.run_dir, ev.suite)
     except GateError as err:
         job.warn(f"promote-on-green: {err}")
         return

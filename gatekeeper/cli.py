@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper import __version__
-from gatekeeper.model import GateError
+from gatekeeper.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, GateError
+from gatekeeper.files import atomic_write_bytes
 from gatekeeper.publish.ci import escape_controls, one_line, one_line_each
+from gatekeeper.text import escape_untrusted
 
-EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
+# The stages are imported inside the commands: `gatekeeper --help` and argument errors must not
+# pay for numpy, scipy and jsonschema.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,8 +70,6 @@ def _escaped(obj: Any, memo: dict[int, Any] | None = None) -> Any:
 
 def _atomic_write(path: Path, text: str) -> None:
     """Write a report file whole or not at all."""
-    from gatekeeper.store import atomic_write_bytes
-
     atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
@@ -100,7 +101,8 @@ def _emit(outcome, args: argparse.Namespace, extra: dict[str, Any] | None = None
 
 def _policy_from_args(args: argparse.Namespace):
     """The policy (file values, then command-line overrides) and the suite when --policy names one."""
-    from gatekeeper.policy import Policy, read_policy_file
+    from gatekeeper.suite.policy import Policy
+    from gatekeeper.suite.suite import read_policy_file
 
     policy, suite = read_policy_file(args.policy) if args.policy else (Policy(), None)
     # Command-line values override the file; None means "not given".
@@ -117,9 +119,11 @@ def _policy_from_args(args: argparse.Namespace):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gatekeeper import names
-    from gatekeeper.compare import attach_snippets, compare_runs, load_any, merge_repeats
+    from gatekeeper.baseline.store import load_any
+    from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
+    from gatekeeper.compare.compat import check_repeats
     from gatekeeper.gate import compare_paths
+    from gatekeeper.suite import names
 
     _check_writable(args.json, args.markdown)
     policy, suite = _policy_from_args(args)
@@ -127,8 +131,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outcome = compare_paths(args.baseline, args.candidate, suite, policy, seed=args.seed,
                                 also_baseline=args.also_baseline, also_candidate=args.also_candidate)
         return _emit(outcome, args)
-    from gatekeeper.compat import check_repeats
-
     base_runs = [load_any(p) for p in [args.baseline, *args.also_baseline]]
     cand_runs = [load_any(p) for p in [args.candidate, *args.also_candidate]]
     check_repeats(base_runs, "--also-baseline")
@@ -142,9 +144,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gatekeeper import runner
-    from gatekeeper.shard import parse_shard
-    from gatekeeper.suite import load_suite
+    from gatekeeper.run import runner
+    from gatekeeper.run.shard import parse_shard
+    from gatekeeper.suite.suite import load_suite
 
     shard = parse_shard(args.shard) if args.shard else None
     suite = load_suite(args.suite)
@@ -166,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from gatekeeper.merge import merge_shards
+    from gatekeeper.run.merge import merge_shards
 
     run_dir = merge_shards([Path(d) for d in args.shards], Path(args.out))
     _out(f"merged {len(args.shards)} shards into {run_dir}")
@@ -201,7 +203,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
             if args.json:
                 _atomic_write(Path(args.json), json.dumps(result.report_json, indent=2, allow_nan=False) + "\n")
             if args.markdown:
-                _atomic_write(Path(args.markdown), f"### ✅ {report.escape_untrusted(result.notice, 1000)}\n")
+                _atomic_write(Path(args.markdown), f"### ✅ {escape_untrusted(result.notice, 1000)}\n")
             return EXIT_OK
         code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)} if args.out else None)
         if args.print_markdown:
@@ -214,8 +216,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from gatekeeper import store
-    from gatekeeper.suite import load_suite
+    from gatekeeper.baseline import store
+    from gatekeeper.gate import promote_run, record_run
+    from gatekeeper.suite.suite import load_suite
 
     if args.action == "show":
         if args.file:
@@ -228,15 +231,15 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         return EXIT_OK
     suite = load_suite(args.suite)
     if args.action == "record":
-        path = store.record(Path(args.run_dir), suite, force=args.force)
+        path = record_run(Path(args.run_dir), suite, force=args.force)
     else:
-        path = store.promote(Path(args.run_dir), suite)
+        path = promote_run(Path(args.run_dir), suite)
     _out(f"baseline written to {path}")
     return EXIT_OK
 
 
 def _alpha_flag(text: str) -> float:
-    from gatekeeper.policy import alpha_problem
+    from gatekeeper.suite.policy import alpha_problem
 
     value = _number_flag(text, float)
     if alpha_problem(value):
@@ -245,7 +248,7 @@ def _alpha_flag(text: str) -> float:
 
 
 def _resamples_flag(text: str) -> int:
-    from gatekeeper.policy import resamples_problem
+    from gatekeeper.suite.policy import resamples_problem
 
     value = _number_flag(text, int)
     if resamples_problem(value):
@@ -370,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _broken_pipe()
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected exception becomes exit 2
@@ -393,4 +396,4 @@ def _broken_pipe() -> int:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    return 141
+    return EXIT_BROKEN_PIPE

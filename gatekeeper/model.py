@@ -1,10 +1,10 @@
-"""Domain objects shared by every stage: results of one run, and the errors the gate raises.
+"""Domain objects shared by every stage: the per-item results of one run (or baseline).
 
-Data flows one way: a reader (``results.py`` for lm-eval output, ``store.py`` for baseline files)
-builds a ``RunResults``; ``compare.py`` pairs two of them and calls the pure statistics in
-``stats/``; ``report.py`` renders the outcome; ``publish/`` talks to GitHub.
+Data flows one way: a reader (``results/reader.py`` for lm-eval output, ``baseline/store.py``
+for baseline files) builds a ``RunResults``; ``compare/`` pairs two of them and calls the pure
+statistics in ``compare/stats/``; ``report/`` renders the outcome; ``publish/`` talks to GitHub.
 
-Nothing here imports torch, lm-eval or does I/O.
+Ground floor: imports nothing of gatekeeper, no torch, no lm-eval, no I/O.
 """
 
 from __future__ import annotations
@@ -16,21 +16,11 @@ from typing import Any
 import numpy as np
 
 # How per-item values turn into the task score, which decides the statistics used: the name of
-# a kind in the registry gatekeeper.metrics (KINDS), e.g.
+# a kind in the registry gatekeeper.results.metrics (KINDS), e.g.
 #   "mean":   one float per item; score = mean (acc, acc_norm, exact_match, ...)
 #   "ratio":  [loglikelihood, count] per item; score = f(sum ll, sum count)
 #   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, chrf++, ter)
 Kind = str
-
-
-class GateError(Exception):
-    """Bad input or usage: the CLI prints ``str(err)`` as one line and exits 2.
-
-    Messages name the file (or flag) and the problem, e.g.
-    ``runs/cand/results_x.json: not valid JSON (line 3, column 1)``.
-    """
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -56,7 +46,7 @@ class MetricSeries:
       kind "confusion": int64 array, shape (n, 2): [gold, prediction] class labels (f1, mcc).
       kinds "brier", "median": float64 (n,); "nanmean": float64 (n,), NaN allowed.
       kind "function": object array (n,): the JSON value lm-eval logged per item.
-      (gatekeeper.metrics.KINDS: each kind validates, stores and tests its own shape.)
+      (gatekeeper.results.metrics.KINDS: each kind validates, stores and tests its own shape.)
     hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex, may be
       truncated to a common prefix length by the baseline store; compare on that prefix).
     clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).

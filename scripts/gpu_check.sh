@@ -66,7 +66,7 @@ fi
 # The plain lm_eval command equivalent to `gatekeeper run` on the suite, one argument a line.
 mapfile -t LM_EVAL_ARGS < <("$PY" - "$SUITE" "$device" <<'EOF'
 import sys
-from gatekeeper.suite import load_suite
+from gatekeeper.suite.suite import load_suite
 
 suite = load_suite(sys.argv[1])
 shots = {t.num_fewshot for t in suite.tasks}

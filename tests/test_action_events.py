@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import yaml
 
-from gatekeeper import action, store
+from gatekeeper import action
+from gatekeeper.baseline import store
 from gatekeeper.publish import comment
-from gatekeeper.suite import load_suite
+from gatekeeper.suite.suite import load_suite
 from tests.github_server import FakeGitHub
 from tests.synthetic import run, series
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper import backends
-from gatekeeper.model import GateError
-from gatekeeper.progress import Progress
-from gatekeeper.results import load_run
-from gatekeeper.store import load_baseline
-from gatekeeper.suite import load_suite, load_suite_text
+from gatekeeper.baseline.store import load_baseline
+from gatekeeper.errors import GateError
+from gatekeeper.results.reader import load_run
+from gatekeeper.run import backends
+from gatekeeper.run.progress import Progress
+from gatekeeper.suite.suite import load_suite, load_suite_text
 from tests.completions_server import CompletionsServer
 from tests.demo_runs import DEMO_BASELINE, DEMO_SUITE, OFFLINE_ENV, ROOT, assert_same_items, lm_eval_installed
 
@@ -30,7 +30,7 @@ API_REL_TOL = 1e-4  # hf pads a batch, the server scores one sequence: float32 s
 
 
 def _model(**keys: object) -> dict:
-    from gatekeeper.suite import MODEL_DEFAULTS
+    from gatekeeper.suite.suite import MODEL_DEFAULTS
 
     return {**MODEL_DEFAULTS, **keys}
 
@@ -112,7 +112,7 @@ def test_other_lm_eval_types_pass_through_with_model_args() -> None:
 
 
 def test_progress_interval_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gatekeeper.progress import DEFAULT_INTERVAL, interval_from_env
+    from gatekeeper.run.progress import DEFAULT_INTERVAL, interval_from_env
 
     for value, expected in (("0.5", 0.5), ("junk", DEFAULT_INTERVAL), ("-1", DEFAULT_INTERVAL)):
         monkeypatch.setenv("GATEKEEPER_PROGRESS_SECONDS", value)
@@ -393,7 +393,7 @@ def test_killed_run_resumes_from_the_cache_with_equal_results(server: Completion
 
 
 def test_cache_needs_local_model_files(tmp_path: Path) -> None:
-    from gatekeeper import runner
+    from gatekeeper.run import runner
 
     suite = load_suite(DEMO_SUITE)
     s = runner._settings(suite, "org/model", None, None, None, None, None)
@@ -410,7 +410,7 @@ def test_cache_needs_local_model_files(tmp_path: Path) -> None:
 def test_backend_change_is_context_never_an_error_nor_silent() -> None:
     import copy
 
-    from gatekeeper.compat import check_compatible
+    from gatekeeper.compare.compat import check_compatible
 
     base = load_baseline(DEMO_BASELINE)
     assert base.provenance.manifest and "backend" not in base.provenance.manifest  # recorded before backends

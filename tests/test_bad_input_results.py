@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from gatekeeper.model import GateError
-from gatekeeper.results import load_run
+from gatekeeper.errors import GateError
+from gatekeeper.results.reader import load_run
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import edit_results, edit_samples, results_path, samples_path
 

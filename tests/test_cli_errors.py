@@ -25,7 +25,7 @@ def test_bare_gatekeeper_prints_usage_and_exits_2():
 
 def test_unexpected_exception_is_one_line_exit_2(monkeypatch, capsys):
     # A bug anywhere below the CLI (here: in store.show) must not become a traceback with exit 1.
-    from gatekeeper import store
+    from gatekeeper.baseline import store
 
     def broken(path):
         raise KeyError("series")

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gatekeeper import report, stats
-from gatekeeper.compare import compare_runs
-from gatekeeper.model import GateError, SeriesKey
-from gatekeeper.policy import Policy, Rule
+from gatekeeper import report
+from gatekeeper.compare import stats
+from gatekeeper.compare.compare import compare_runs
+from gatekeeper.errors import GateError
+from gatekeeper.model import SeriesKey
+from gatekeeper.suite.policy import Policy, Rule
 from tests.synthetic import run, series
 
 
@@ -175,7 +177,7 @@ def test_policy_lookup_prefers_task_rules_then_groups_then_wildcards():
 
 
 def test_merge_repeats_averages_items_before_testing():
-    from gatekeeper.compare import merge_repeats
+    from gatekeeper.compare.compare import merge_repeats
 
     a = _binary(300, 0.5, 10)
     b = _flip(a, np.arange(0, 300, 3))  # another seed: a third of the items differ
@@ -189,7 +191,7 @@ def test_merge_repeats_averages_items_before_testing():
 
 
 def test_merge_repeats_refuses_different_items():
-    from gatekeeper.compare import merge_repeats
+    from gatekeeper.compare.compare import merge_repeats
 
     a = _binary(50, 0.5, 11)
     with pytest.raises(GateError, match="doc_ids differ"):
@@ -330,8 +332,10 @@ def test_base_rerun_with_another_batch_size_is_unchanged_everywhere(tmp_path):
     to ~3e-7 relative. With the suite's policy, and with margin 0 on every metric, every
     comparison must be `unchanged` (before the rounding floor: `inconclusive`, and a rerun
     whose noise leans one way `regressed`)."""
-    from gatekeeper import results, runner, store
-    from gatekeeper.suite import load_suite
+    from gatekeeper.baseline import store
+    from gatekeeper.results import reader as results
+    from gatekeeper.run import runner
+    from gatekeeper.suite.suite import load_suite
 
     root = Path(__file__).resolve().parents[1]
     suite = load_suite(root / "examples" / "gatekeeper.yaml")
@@ -393,7 +397,7 @@ def test_mde_includes_the_margin_and_the_correction():
 
 def test_an_undefined_interval_is_inconclusive_not_unchanged():
     """Fail closed: an interval that could not be computed (NaN) rules nothing out."""
-    from gatekeeper.compare import _verdict
+    from gatekeeper.compare.compare import _verdict
 
     nan = float("nan")
     assert _verdict(0.0, (nan, nan), 0.0, 1.0, 0.05, False) == "inconclusive"

@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from gatekeeper.compat import Difference, check_compatible, pair_series
-from gatekeeper.model import GateError, MetricSeries, SeriesKey
-from gatekeeper.results import load_run
+from gatekeeper.compare.compat import Difference, check_compatible, pair_series
+from gatekeeper.errors import GateError
+from gatekeeper.model import MetricSeries, SeriesKey
+from gatekeeper.results.reader import load_run
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import edit_results, edit_samples
 

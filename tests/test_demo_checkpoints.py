@@ -153,7 +153,7 @@ def test_loaders_work_from_another_directory(tmp_path: Path, monkeypatch: pytest
 
 
 def test_suite_file_loads_and_names_existing_tasks() -> None:
-    from gatekeeper.suite import load_suite
+    from gatekeeper.suite.suite import load_suite
 
     suite = load_suite(EXAMPLES / "gatekeeper.yaml")
     assert suite.name == "demo" and suite.include_path == TASKS

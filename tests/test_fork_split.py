@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gatekeeper.model import GateError
-from gatekeeper.results import find_results_file
+from gatekeeper.errors import GateError
+from gatekeeper.results.layout import find_results_file
 from tests.github_server import FakeGitHub
 
 ROOT = Path(__file__).resolve().parent.parent

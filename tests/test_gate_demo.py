@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper import store
+from gatekeeper.baseline import store
+from gatekeeper.errors import GateError
 from gatekeeper.gate import run_gate
-from gatekeeper.model import GateError
 from tests.demo_runs import assert_same_items, compare_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_base_rerun_matches_the_stored_baseline_on_any_cpu(demo_run, tmp_path):
     """The baseline was recorded on another CPU: per-item log-likelihoods differ ~1e-8 there,
     so right/wrong items must be identical, continuous values equal within 1e-5 relative,
     hashes identical, and the gate must pass."""
-    from gatekeeper import results
+    from gatekeeper.results import reader as results
 
     run_dir = demo_run("base")
     proc = compare_cli(BASELINE, run_dir, "--json", str(tmp_path / "r.json"))
@@ -70,7 +70,7 @@ def test_no_baseline_is_an_error_before_anything_runs(tmp_path):
 
 
 def test_no_baseline_records_the_first_one_when_asked(demo_gate):
-    from gatekeeper import results
+    from gatekeeper.results import reader as results
 
     result = demo_gate("base")  # the session's base run is gated with record_missing=True
     assert result.exit_code == 0 and result.notice and "first baseline" in result.notice

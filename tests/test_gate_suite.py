@@ -220,8 +220,10 @@ def test_gate_without_out_removes_its_temp_run(tmp_path):
 def test_the_plan_before_the_run_is_what_the_run_produced(base_run):
     """What runner.task_plan predicts from lm-eval's built tasks (names, aggregations, versions,
     n-shot, item counts) is exactly what the real run wrote: the pre-run checks see the truth."""
-    from gatekeeper import names, results, runner
-    from gatekeeper.suite import load_suite
+    from gatekeeper.results import reader as results
+    from gatekeeper.run import runner
+    from gatekeeper.suite import names
+    from gatekeeper.suite.suite import load_suite
 
     run_dir, _ = base_run
     suite = load_suite(EXAMPLES / "gatekeeper.yaml")

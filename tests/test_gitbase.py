@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper import gitbase
-from gatekeeper.model import GateError
+from gatekeeper.baseline import gitbase
+from gatekeeper.errors import GateError
 
 
 def git(cwd: Path, *args: str) -> str:

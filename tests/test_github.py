@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.model import GateError
+from gatekeeper.errors import GateError
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, GitHubError, RetryPolicy, next_link
 from tests.github_server import BOT, FakeGitHub

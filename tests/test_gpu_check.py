@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.suite import load_suite
+from gatekeeper.suite.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper import store
+from gatekeeper.baseline import format as baseline_format
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import results_path, samples_path
 
@@ -180,7 +180,7 @@ def test_items_outside_the_metric_range_cannot_cancel_out(lmeval_runs: dict[str,
 
 def test_reported_inf_never_matches() -> None:
     """The tolerance check itself: inf was within a relative tolerance of every value."""
-    from gatekeeper.results import _close
+    from gatekeeper.results.reader import close_enough as _close
 
     assert not _close(0.5, float("inf")) and not _close(float("inf"), 0.5)
     assert _close(float("inf"), float("inf"))
@@ -207,8 +207,8 @@ def _demo_doc() -> dict:
 def _write_baseline(path: Path, doc: dict, raw: str | None = None) -> Path:
     """A baseline whose checksum matches its (edited) content; ``raw`` replaces PLACEHOLDER."""
     body = {k: v for k, v in doc.items() if k != "checksum"}
-    doc = dict(body, checksum=store._checksum(body))
-    text = store._dump(doc)
+    doc = dict(body, checksum=baseline_format._checksum(body))
+    text = baseline_format._dump(doc)
     if raw is not None:
         text = text.replace(json.dumps(PLACEHOLDER), raw)
     path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
@@ -366,7 +366,7 @@ def test_markdown_to_stdout_is_written_through(lmeval_runs: dict[str, Path], tmp
 
 def test_deep_array_in_a_skipped_field_does_not_break_snippets(lmeval_runs: dict[str, Path], tmp_path: Path) -> None:
     """The fast reader never parses `resps`; the report's snippets do, for the items that flipped."""
-    from gatekeeper.results import load_run
+    from gatekeeper.results.reader import load_run
 
     good, bad = load_run(lmeval_runs["good"]), load_run(lmeval_runs["bad"])
     key = next(k for k in good.series if k.task == "arith_mc" and k.metric == "acc")

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.model import GateError
-from gatekeeper.policy import load_policy
-from gatekeeper.results import find_results_file
-from gatekeeper.suite import load_suite, load_suite_text
+from gatekeeper.errors import GateError
+from gatekeeper.results.layout import find_results_file
+from gatekeeper.suite.suite import load_policy, load_suite, load_suite_text
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_SUITE = ROOT / "examples" / "gatekeeper.yaml"
@@ -244,7 +243,7 @@ _SNIPPETS = (
     "import sys\n"
     "from pathlib import Path\n"
     "from gatekeeper.model import Provenance, RunResults\n"
-    "from gatekeeper.results import attach_snippets\n"
+    "from gatekeeper.results.snippets import attach_snippets\n"
     "run = RunResults(Provenance(source=sys.argv[1], configs={'big': {'output_type': 'generate_until'}}), {})\n"
     "attach_snippets(run, {('big', 'none'): {int(x) for x in sys.argv[2].split(',')}})\n"
     "got = run.snippets.get(('big', 'none'), {})\n"

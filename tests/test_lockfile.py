@@ -19,8 +19,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from gatekeeper import packages
-from gatekeeper.compat import _manifest
+from gatekeeper.compare.compat import _manifest
+from gatekeeper.run import packages
 from tests.demo_runs import DEMO_SUITE, OFFLINE_ENV
 from tests.test_packaging import dockerfile_instructions
 

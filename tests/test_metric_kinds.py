@@ -1,4 +1,4 @@
-"""The registry of metric kinds (gatekeeper.metrics): every aggregation lm-eval 0.4.13 registers
+"""The registry of metric kinds (gatekeeper.results.metrics): every aggregation lm-eval 0.4.13 registers
 is testable, each kind's aggregate equals lm-eval's own function bit for bit (including the
 degenerate cases sklearn warns about), baselines keep the new kinds, and real lm-eval runs of
 the demo checkpoints on local tasks (tests/fixtures/metric_tasks) are gated on them.
@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gatekeeper import results, store
-from gatekeeper.metrics import KINDS, kind_for, kind_named, known_aggregations
-from gatekeeper.model import GateError
-from gatekeeper.stats import paired_test
+from gatekeeper.baseline import format as baseline_format
+from gatekeeper.baseline import store
+from gatekeeper.compare.stats import paired_test
+from gatekeeper.errors import GateError
+from gatekeeper.results import reader as results
+from gatekeeper.results.metrics import KINDS, kind_for, kind_named, known_aggregations
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures (metric_runs)
 
 lm_metrics = pytest.importorskip("lm_eval.api.metrics")
@@ -113,7 +115,7 @@ def test_brier_median_nanmean_equal_lm_eval():
     golds = rng.integers(0, 4, 300)
     from lm_eval.utils import softmax
 
-    from gatekeeper.metrics import brier_rows
+    from gatekeeper.results.metrics import brier_rows
 
     rows = brier_rows(golds.tolist(), lls.tolist())
     items = [(int(g), softmax(tuple(x))) for g, x in zip(golds, lls.tolist(), strict=True)]
@@ -128,7 +130,7 @@ def test_brier_median_nanmean_equal_lm_eval():
 
 def test_chrfpp_sentence_statistics_reproduce_sacrebleu():
     pytest.importorskip("sacrebleu")
-    from gatekeeper.stats import corpus
+    from gatekeeper.results import corpus
 
     refs = ["Figat", "Rahe", "the cat sat", "a b c d"]
     preds = [" Figat", " Laker", "the cat sat down", ""]
@@ -192,7 +194,7 @@ def _verdicts(outcome) -> dict[str, str]:
 
 def test_regressed_checkpoint_is_caught_on_every_kind_and_harmless_passes(metric_runs):
     from gatekeeper.gate import compare_paths
-    from gatekeeper.suite import load_suite
+    from gatekeeper.suite.suite import load_suite
 
     suite = load_suite(SUITE)
     bad = compare_paths(metric_runs["base"], metric_runs["regressed"], suite)
@@ -214,9 +216,9 @@ def test_cli_compare_on_plain_lm_eval_runs_with_the_suite(metric_runs, which, co
 
 
 def test_baseline_format_2_round_trip_gives_the_same_decisions(metric_runs, tmp_path):
-    from gatekeeper.compare import compare_runs
-    from gatekeeper.suite import load_suite
-    from gatekeeper.trusted import trusted_code
+    from gatekeeper.compare.compare import compare_runs
+    from gatekeeper.results.trusted import trusted_code
+    from gatekeeper.suite.suite import load_suite
 
     with trusted_code(SUITE.parent):
         run = results.load_run(metric_runs["base"])
@@ -246,7 +248,7 @@ def test_version_1_file_cannot_hold_the_new_kinds(metric_runs, tmp_path):
     doc = json.loads(gzip.decompress(path.read_bytes()))
     doc.pop("checksum")
     doc["version"] = 1
-    doc["checksum"] = store._checksum(doc)
+    doc["checksum"] = baseline_format._checksum(doc)
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     with pytest.raises(GateError, match=r"kind is 'brier', expected one of mean, ratio, corpus \(format version 1\)"):
         store.load_baseline(path)
@@ -263,7 +265,7 @@ def test_older_version_1_baselines_still_load():
 
 def test_task_functions_are_gated_with_the_suite(metric_runs):
     from gatekeeper.gate import compare_paths
-    from gatekeeper.suite import load_suite
+    from gatekeeper.suite.suite import load_suite
 
     suite = load_suite(SUITE)
     bad = compare_paths(metric_runs["base"], metric_runs["regressed"], suite)
@@ -278,7 +280,7 @@ def test_task_functions_are_gated_with_the_suite(metric_runs):
 
 
 def test_task_function_aggregates_equal_lm_eval(metric_runs):
-    from gatekeeper.trusted import trusted_code
+    from gatekeeper.results.trusted import trusted_code
 
     with trusted_code(SUITE.parent):
         for out in metric_runs.values():
@@ -304,7 +306,7 @@ def test_function_source_in_a_results_file_is_never_executed(metric_runs, tmp_pa
     import shutil
 
     from gatekeeper.gate import compare_paths
-    from gatekeeper.suite import load_suite
+    from gatekeeper.suite.suite import load_suite
 
     cand = tmp_path / "cand"
     shutil.copytree(metric_runs["regressed"], cand)
@@ -322,7 +324,7 @@ def test_function_source_in_a_results_file_is_never_executed(metric_runs, tmp_pa
 
 
 def test_baseline_keeps_task_functions_and_needs_trusted_code_to_use_them(metric_runs, tmp_path):
-    from gatekeeper.trusted import trusted_code
+    from gatekeeper.results.trusted import trusted_code
 
     path = tmp_path / "b.json.gz"
     with trusted_code(SUITE.parent):
@@ -333,7 +335,7 @@ def test_baseline_keeps_task_functions_and_needs_trusted_code_to_use_them(metric
     assert doc["version"] == 2
     # the series name the function by id; its source is only in the provenance's configs (data)
     assert all("def " not in json.dumps(s) for s in doc["series"])
-    import gatekeeper.metrics as mk
+    import gatekeeper.results.metrics as mk
 
     saved = dict(mk._FUNCTIONS)
     mk._FUNCTIONS.clear()  # a fresh process: nothing bound
@@ -347,7 +349,7 @@ def test_baseline_keeps_task_functions_and_needs_trusted_code_to_use_them(metric
 def test_task_functions_get_a_fixed_number_of_resamples_fewer_only_when_very_slow(monkeypatch):
     import time
 
-    import gatekeeper.metrics as mk
+    import gatekeeper.results.metrics as mk
 
     def slow_mean(items):
         time.sleep(0.002)
@@ -375,7 +377,7 @@ def test_bundled_lm_eval_task_functions_are_trusted_code():
 
     from lm_eval.tasks.aradice.boolq.ENG import metrics as boolq_metrics
 
-    from gatekeeper.trusted import TrustedCode, aggregation_id
+    from gatekeeper.results.trusted import TrustedCode, aggregation_id
 
     code = TrustedCode(None)
     agg = aggregation_id(inspect.getsource(boolq_metrics.micro_f1_score))
@@ -390,7 +392,7 @@ def test_bundled_lm_eval_task_functions_are_trusted_code():
 
 
 def test_a_task_function_failing_on_stored_values_is_bad_input(metric_runs, tmp_path):
-    from gatekeeper.trusted import trusted_code
+    from gatekeeper.results.trusted import trusted_code
 
     path = tmp_path / "b.json.gz"
     with trusted_code(SUITE.parent):
@@ -399,15 +401,15 @@ def test_a_task_function_failing_on_stored_values_is_bad_input(metric_runs, tmp_
         doc.pop("checksum")
         wf1 = next(s for s in doc["series"] if s["metric"] == "wf1")
         wf1["values"][0] = {"gold": 1}  # not a (gold, pred) pair
-        doc["checksum"] = store._checksum(doc)
+        doc["checksum"] = baseline_format._checksum(doc)
         path.write_bytes(gzip.compress(json.dumps(doc).encode()))
         with pytest.raises(GateError, match=r"wf1,none: cannot aggregate .*!function weighted_f1 failed"):
             store.load_baseline(path)
 
 
 def test_label_metrics_list_the_items_that_went_right_to_wrong(metric_runs):
-    from gatekeeper.compare import compare_runs
-    from gatekeeper.policy import Policy, Rule
+    from gatekeeper.compare.compare import compare_runs
+    from gatekeeper.suite.policy import Policy, Rule
 
     policy = Policy(rules=[Rule(task="mk_custom", gate=False)])
     out = compare_runs(results.load_run(metric_runs["base"]), results.load_run(metric_runs["regressed"]), policy)

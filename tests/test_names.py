@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper import names
-from gatekeeper.model import GateError
-from gatekeeper.names import Produced
-from gatekeeper.policy import Policy, Rule
-from gatekeeper.suite import load_suite
+from gatekeeper.errors import GateError
+from gatekeeper.suite import names
+from gatekeeper.suite.names import Produced
+from gatekeeper.suite.policy import Policy, Rule
+from gatekeeper.suite.suite import load_suite
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -168,7 +168,7 @@ def test_union_of_two_runs():
 
 def test_suite_read_from_other_text_gets_no_line_numbers(tmp_path):
     # A suite loaded from a PR base commit's text: the file on disk differs, so no (wrong) lines.
-    from gatekeeper.suite import load_suite_text
+    from gatekeeper.suite.suite import load_suite_text
 
     text = (EXAMPLES / "gatekeeper.yaml").read_text().replace("{metric: acc, filter: none", "{metric: acx, filter: none")
     suite = load_suite_text(text, EXAMPLES / "gatekeeper.yaml")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gatekeeper.model import SeriesKey
-from gatekeeper.policy import Policy, Rule
-from gatekeeper.policydiff import PolicyChange, policy_changes
+from gatekeeper.suite.policy import Policy, Rule
+from gatekeeper.suite.policydiff import PolicyChange, policy_changes
 
 ACC = SeriesKey("arith_mc", "none", "acc")
 NORM = SeriesKey("arith_mc", "none", "acc_norm")

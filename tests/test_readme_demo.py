@@ -59,7 +59,7 @@ def test_missing_markers_are_an_error_naming_readme(tmp_path):
 
 @pytest.mark.lmeval
 def test_stored_readme_run_is_what_the_regressed_checkpoint_gives_here(demo_gate, tmp_path):
-    from gatekeeper import results
+    from gatekeeper.results import reader as results
 
     script = _script()
     fresh = demo_gate("regressed")

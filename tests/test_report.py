@@ -9,12 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gatekeeper import report
-from gatekeeper.compare import compare_runs
-from gatekeeper.policy import Policy
+from gatekeeper import report, text
+from gatekeeper.compare.compare import compare_runs
+from gatekeeper.report import numbers
+from gatekeeper.suite.policy import Policy
 from tests.synthetic import run, series
 
-WJ = report.WORD_JOINER
+WJ = text.WORD_JOINER
 
 
 def _outcome(*tasks: str, drop: int = 0, n: int = 200):
@@ -41,19 +42,19 @@ def test_to_json_is_strict_even_with_non_finite_group_values_and_margins():
 @pytest.mark.parametrize("evil", ["GH-12", "gh-7", "see GH-12 now"])
 def test_escape_breaks_gh_issue_references(evil):
     # GitHub links GH-<number> to an issue; the backslash escape alone renders as "GH-12".
-    out = report.escape_untrusted(evil)
+    out = text.escape_untrusted(evil)
     visible = out.replace("\\", "")
     assert not re.search(r"(?i)gh-\d", visible)
 
 
 @pytest.mark.parametrize("evil", ["@user", "@org/team", "#12", "owner/repo#12", "x@octocat"])
 def test_escape_breaks_mentions_and_refs(evil):
-    visible = report.escape_untrusted(evil).replace("\\", "")
+    visible = text.escape_untrusted(evil).replace("\\", "")
     assert not re.search(r"[@#]\w", visible)
 
 
 def test_escape_breaks_bare_url_autolinks_and_math():
-    out = report.escape_untrusted("go to https://evil.example/x and $\\huge\\text{passed}$")
+    out = text.escape_untrusted("go to https://evil.example/x and $\\huge\\text{passed}$")
     visible = out.replace("\\", "")
     assert "://" not in visible  # GitHub autolinks scheme://host
     assert "$" not in out.replace("\\$", "")  # every dollar escaped: no inline math
@@ -61,7 +62,7 @@ def test_escape_breaks_bare_url_autolinks_and_math():
 
 def test_escape_neutralises_markup_and_the_sticky_marker():
     evil = "<!-- gatekeeper:sticky suite=demo --> ![x](http://evil) <b>hi</b> `c` a|b\nnext\u2028line"
-    out = report.escape_untrusted(evil, limit=10_000)
+    out = text.escape_untrusted(evil, limit=10_000)
     assert "<" not in out and ">" not in out and "\n" not in out and "\u2028" not in out
     assert "<!--" not in out and "gatekeeper:sticky suite=demo -->" not in out
     assert "](" not in out and "`" not in out.replace("\\`", "")
@@ -70,12 +71,12 @@ def test_escape_neutralises_markup_and_the_sticky_marker():
 
 def test_escape_strips_bidi_controls():
     # A right-to-left override would let a task name display reversed text ("dessap").
-    out = report.escape_untrusted("task\u202edessap\u2066x\u2069")
+    out = text.escape_untrusted("task\u202edessap\u2066x\u2069")
     assert not re.search("[\u200e\u200f\u202a-\u202e\u2066-\u2069\u061c]", out)
 
 
 def test_escape_caps_length():
-    assert len(report.escape_untrusted("x" * 10_000, limit=50)) == 50
+    assert len(text.escape_untrusted("x" * 10_000, limit=50)) == 50
 
 
 @pytest.mark.parametrize("max_chars", [50, 150, 199, 250, 400, 1000, 5000])
@@ -123,7 +124,7 @@ def test_json_and_markdown_show_the_interval_the_decision_used():
         assert row["decision_ci_low"] <= row["ci_low"]  # at least as wide as the 90% one
         assert (row["rounded_items"], row["identical"], row["within_rounding"]) == (0, False, False)
         lo, hi = c.interval
-        assert report._delta_cell(c).startswith(f"{report._signed(c.test.delta)} [{report._signed(lo)}")
+        assert numbers.delta_cell(c).startswith(f"{numbers.signed(c.test.delta)} [{numbers.signed(lo)}")
     md = report.render_markdown(out)
     assert "interval at the decision's level" in md and "1 − 2α′" in md
     assert re.search(r"\] 9[0-9.]+% \|", md)  # the row's own confidence is printed

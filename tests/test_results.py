@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gatekeeper import results
-from gatekeeper.model import GateError, SeriesKey
-from gatekeeper.stats import aggregate
+from gatekeeper.compare.stats import aggregate
+from gatekeeper.errors import GateError
+from gatekeeper.model import SeriesKey
+from gatekeeper.results import layout, samples, snippets
+from gatekeeper.results import reader as results
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import TASKS_DIR, results_path, samples_path
 
@@ -185,7 +187,7 @@ def test_snippets_are_truncated(good_copy):
 
     edit_samples(good_copy, "arith_gen", long_prompt)
     snip = results.load_run(good_copy, snippets=True).snippets[("arith_gen", "strict-match")][0]
-    assert len(snip.prompt) == results.SNIPPET_CHARS and snip.prompt.startswith("<b>xxx")
+    assert len(snip.prompt) == snippets.SNIPPET_CHARS and snip.prompt.startswith("<b>xxx")
 
 
 def test_cluster_keys_label_items_from_the_doc(lmeval_runs):
@@ -216,7 +218,7 @@ def test_several_runs_take_the_newest_with_a_note(good_copy):
     # Two older copies; a later-sorting timestamp must win regardless of directory order.
     for older in ("2001-01-01T00-00-00.000001", "2001-01-02T00-00-00"):
         shutil.copy(old, folder / f"results_{older}.json")
-    chosen, notes = results.find_results_file(good_copy)
+    chosen, notes = layout.find_results_file(good_copy)
     assert chosen == old
     assert notes == [f"3 runs in {folder}; using the newest, {old.name}"]
     assert results.load_run(good_copy).notes == notes
@@ -231,7 +233,7 @@ def test_several_model_folders_ask_to_pick_one(good_copy, lmeval_runs):
 
 def test_manifest_beside_the_run_is_loaded(good_copy):
     manifest = {"suite_hash": "sha256:abc", "hardware": {"gpu": "none", "cpus": 2}}
-    (good_copy / results.MANIFEST_NAME).write_text(json.dumps(manifest))
+    (good_copy / layout.MANIFEST_NAME).write_text(json.dumps(manifest))
     prov = results.load_run(good_copy).provenance
     assert prov.manifest == manifest and prov.suite_hash == "sha256:abc"
 
@@ -294,27 +296,27 @@ def test_attach_snippets_reads_only_the_wanted_items(lmeval_runs):
     full = results.load_run(lmeval_runs["good"], snippets=True).snippets
     run = results.load_run(lmeval_runs["good"])
     wanted = {("arith_mc", "none"): {4, 7}, ("arith_gen", "strict-match"): {0}, ("trans_bleu", "none"): set()}
-    results.attach_snippets(run, wanted)
+    snippets.attach_snippets(run, wanted)
     assert run.snippets == {
         ("arith_mc", "none"): {4: full[("arith_mc", "none")][4], 7: full[("arith_mc", "none")][7]},
         ("arith_gen", "strict-match"): {0: full[("arith_gen", "strict-match")][0]},
     }
-    results.attach_snippets(run, {("arith_gen", "raw"): {0}, ("arith_gen", "strict-match"): {1}})
+    snippets.attach_snippets(run, {("arith_gen", "raw"): {0}, ("arith_gen", "strict-match"): {1}})
     assert set(run.snippets[("arith_gen", "strict-match")]) == {0, 1}  # added to, not replaced
     assert run.snippets[("arith_gen", "raw")][0] == full[("arith_gen", "raw")][0]
 
 
 def test_attach_snippets_is_a_no_op_for_a_baseline_or_a_vanished_samples_file(good_copy, tmp_path):
-    from gatekeeper import store
+    from gatekeeper.baseline import store
 
     run = results.load_run(good_copy)
     path = tmp_path / "base.json.gz"
     store.save_baseline(run, path, suite_name="t", suite_hash=None)
     baseline = store.load_baseline(path)
-    results.attach_snippets(baseline, {("arith_mc", "none"): {4}})
+    snippets.attach_snippets(baseline, {("arith_mc", "none"): {4}})
     assert baseline.snippets == {}
     samples_path(good_copy, "arith_mc").unlink()
-    results.attach_snippets(run, {("arith_mc", "none"): {4}, ("arith_gen", "raw"): {0}})
+    snippets.attach_snippets(run, {("arith_mc", "none"): {4}, ("arith_gen", "raw"): {0}})
     assert set(run.snippets) == {("arith_gen", "raw")}
 
 
@@ -330,7 +332,7 @@ def test_attach_snippets_finds_lines_of_another_shape(good_copy):
 
     edit_samples(good_copy, "arith_mc", doc_id_last)
     run = results.load_run(good_copy)
-    results.attach_snippets(run, {("arith_mc", "none"): {5, 6}})
+    snippets.attach_snippets(run, {("arith_mc", "none"): {5, 6}})
     assert run.snippets[("arith_mc", "none")][5] == want and set(run.snippets[("arith_mc", "none")]) == {5, 6}
 
 
@@ -352,9 +354,9 @@ def test_fast_reader_handles_real_lm_eval_files_like_the_careful_one(lmeval_runs
             if c is None} | {(w, "c"): results.load_run(lmeval_runs[w], cluster_keys=clusters) for w in ("good", "bad")}
 
     def unusual(*_args):
-        raise results._Unusual
+        raise samples.Unusual
 
-    monkeypatch.setattr(results, "_read_samples_fast", unusual)
+    monkeypatch.setattr(samples, "read_samples_fast", unusual)
     for (which, c), run in fast.items():
         _series_equal(run, results.load_run(lmeval_runs[which], cluster_keys=clusters if c else None))
 
@@ -364,7 +366,8 @@ def test_fast_reader_handles_real_lm_eval_files_like_the_careful_one(lmeval_runs
     def no_fallback(path, *_args):
         raise AssertionError(f"careful reader used for {path}")
 
-    monkeypatch.setattr(results, "_read_samples_careful", no_fallback)
+    monkeypatch.setattr(samples, "read_samples_careful", no_fallback)  # the fallback inside read_samples
+    monkeypatch.setattr(results, "read_samples_careful", no_fallback)  # and the reader's re-read
     results.load_run(lmeval_runs["good"], cluster_keys=clusters)
     results.load_run(lmeval_runs["bad"])
 

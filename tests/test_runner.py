@@ -20,9 +20,12 @@ pytest.importorskip("lm_eval")
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from gatekeeper import runner, store  # noqa: E402
-from gatekeeper.model import GateError  # noqa: E402
-from gatekeeper.suite import load_suite  # noqa: E402
+from gatekeeper.baseline import store  # noqa: E402
+from gatekeeper.compare.compat import check_suite_hash
+from gatekeeper.errors import GateError  # noqa: E402
+from gatekeeper.gate import record_run
+from gatekeeper.run import runner  # noqa: E402
+from gatekeeper.suite.suite import load_suite  # noqa: E402
 
 pytestmark = pytest.mark.lmeval
 
@@ -141,13 +144,13 @@ def test_manifest_fields(run, suite, tiny_model) -> None:
 
 
 def test_run_loads_and_round_trips_through_the_store(run, suite, tmp_path) -> None:
-    results_mod = pytest.importorskip("gatekeeper.results")
+    results_mod = pytest.importorskip("gatekeeper.results.reader")
     run_dir, _, _ = run
     loaded = results_mod.load_run(run_dir, cluster_keys=suite.cluster_keys(), snippets=False)
     assert loaded.provenance.suite_hash == suite.hash
-    path = store.record(run_dir, suite, path=tmp_path / "rt.json.gz")
+    path = record_run(run_dir, suite, path=tmp_path / "rt.json.gz")
     back = store.load_baseline(path)
-    store.check_suite(back, suite)
+    check_suite_hash(back, suite)
     assert set(back.series) == set(loaded.series)
     for key, s in loaded.series.items():
         b = back.series[key]
@@ -160,7 +163,7 @@ def test_run_loads_and_round_trips_through_the_store(run, suite, tmp_path) -> No
 
 
 def test_second_run_is_identical_item_by_item(run, suite, tiny_model, tmp_path) -> None:
-    results_mod = pytest.importorskip("gatekeeper.results")
+    results_mod = pytest.importorskip("gatekeeper.results.reader")
     run_dir, _, _ = run
     again = runner.run_suite(suite, str(tiny_model), tmp_path, log=lambda _: None)
     a = results_mod.load_run(run_dir, snippets=False)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gatekeeper.model import GateError
-from gatekeeper.shard import Shard, parse_shard, split
+from gatekeeper.errors import GateError
+from gatekeeper.run.shard import Shard, parse_shard, split
 from tests.demo_runs import (
     DEMO_SUITE,
     OFFLINE_ENV,
@@ -127,7 +127,7 @@ def test_each_shard_evaluates_a_third_of_every_task(shards: list[Path]) -> None:
 
 @needs_lm_eval
 def test_sharded_and_merged_equals_unsharded(merged: Path, demo_run) -> None:
-    from gatekeeper.results import load_run
+    from gatekeeper.results.reader import load_run
 
     whole = demo_run("base")
     want, got = _results(whole), _results(merged)

@@ -1,4 +1,4 @@
-"""Unit tests of gatekeeper.stats: hand computations, lm-eval equality, edge cases."""
+"""Unit tests of gatekeeper.compare.stats: hand computations, lm-eval equality, edge cases."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest
 
-from gatekeeper.stats import (
+from gatekeeper.compare.stats import (
     PairedTest,
     adjust_pvalues,
     aggregate,
@@ -18,7 +18,7 @@ from gatekeeper.stats import (
     paired_test,
     resampling,
 )
-from gatekeeper.stats import corpus as corpus_mod
+from gatekeeper.results import corpus as corpus_mod
 
 SENTENCES = [
     ("the cat sat on the mat", "the cat sat on a mat"),
@@ -398,7 +398,7 @@ def _newcombe_by_hand(a: int, b: int, c: int, d: int, z: float, phi: float) -> t
     ],
 )
 def test_newcombe_uses_the_corrected_phi(a, b, c, d, big_a_used):
-    from gatekeeper.stats.mcnemar import corrected_phi, newcombe_interval
+    from gatekeeper.compare.stats.mcnemar import corrected_phi, newcombe_interval
 
     phi = big_a_used / math.sqrt((a + b) * (c + d) * (a + c) * (b + d))
     assert corrected_phi(a, b, c, d) == pytest.approx(phi, abs=1e-15)
@@ -416,7 +416,7 @@ def test_hand_reference_value_of_the_corrected_interval():
     A = 35*47 - 5*13 = 1580 > N/2, so phi = (1580 - 50) / sqrt(40*60*48*52) = 0.62512;
     lower = 0.08 - sqrt(0.0090928 - 0.0116838 + 0.0096048) = -0.0037,
     upper = 0.08 + sqrt(0.0093772 - 0.0109690 + 0.0082084) = 0.1613."""
-    from gatekeeper.stats.mcnemar import newcombe_interval
+    from gatekeeper.compare.stats.mcnemar import newcombe_interval
 
     assert newcombe_interval(35, 5, 13, 47, 0.95) == pytest.approx((-0.0037, 0.1613), abs=1e-4)
 
@@ -478,7 +478,7 @@ def test_shifted_p_value_inverts_the_interval(level):
 
 
 def test_mcnemar_power_at_no_drop_is_the_size_and_rises():
-    from gatekeeper.stats.mcnemar import power
+    from gatekeeper.compare.stats.mcnemar import power
 
     assert power(1000, 0.1, 0.0, 0.0, 0.05) <= 0.05
     curve = [power(1000, 0.1, d, 0.0, 0.05) for d in (0.0, 0.01, 0.02, 0.03, 0.05)]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gatekeeper.stats import paired_test
+from gatekeeper.compare.stats import paired_test
 
 ALPHA = 0.05
 N_ITEMS = 300

@@ -17,9 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gatekeeper.compare import compare_runs
-from gatekeeper.policy import Policy
-from gatekeeper.stats import adjust_pvalues, paired_test
+from gatekeeper.compare.compare import compare_runs
+from gatekeeper.compare.stats import adjust_pvalues, paired_test
+from gatekeeper.suite.policy import Policy
 from tests.synthetic import fast_series, paired_binary, run
 
 ALPHA = 0.05

@@ -17,10 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gatekeeper import store
-from gatekeeper.model import GateError, MetricSeries, Provenance, RunResults, SeriesKey
-from gatekeeper.stats import aggregate
-from gatekeeper.suite import load_suite
+from gatekeeper import files
+from gatekeeper.baseline import format as baseline_format
+from gatekeeper.baseline import store
+from gatekeeper.compare.compat import check_suite_hash
+from gatekeeper.compare.stats import aggregate
+from gatekeeper.errors import GateError
+from gatekeeper.model import MetricSeries, Provenance, RunResults, SeriesKey
+from gatekeeper.suite.suite import load_suite
 
 SUITE_YAML = """\
 name: demo
@@ -78,7 +82,7 @@ def _assert_same(a: RunResults, b: RunResults) -> None:
             assert sa.values.tolist() == sb.values.tolist()
         else:
             assert np.array_equal(sa.values, sb.values)  # exact, not approx
-        assert [[h[: store.HASH_CHARS] for h in row] for row in sa.hashes.tolist()] == sb.hashes.tolist()
+        assert [[h[: baseline_format.HASH_CHARS] for h in row] for row in sa.hashes.tolist()] == sb.hashes.tolist()
         assert (sa.clusters is None) == (sb.clusters is None)
         if sa.clusters is not None:
             assert sa.clusters.tolist() == sb.clusters.tolist()
@@ -102,7 +106,7 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
     assert back.provenance.source == str(path)
     assert back.provenance.configs == res.provenance.configs
     assert back.provenance.date == res.provenance.date
-    assert store.is_baseline_file(path)
+    assert baseline_format.is_baseline_file(path)
     # A second save of the loaded baseline gives the same bytes (deterministic gzip, sorted keys).
     again = tmp_path / "c.json.gz"
     store.save_baseline(back, again, suite_name="demo", suite_hash="f" * 64)
@@ -143,7 +147,7 @@ def test_corrupted_baseline_is_refused(tmp_path: Path) -> None:
 def test_not_a_baseline(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     path.write_text('{"results": {}}')
-    assert not store.is_baseline_file(path)
+    assert not baseline_format.is_baseline_file(path)
     with pytest.raises(GateError, match="results.json: not a gzip'd gatekeeper baseline"):
         store.load_baseline(path)
     with pytest.raises(GateError, match="baseline file not found"):
@@ -155,10 +159,10 @@ def test_newer_format_version_is_refused(tmp_path: Path) -> None:
     store.save_baseline(_results(), path, suite_name="demo", suite_hash=None)
     doc = json.loads(gzip.decompress(path.read_bytes()))
     doc.pop("checksum")
-    doc["version"] = store.FORMAT_VERSION + 1
-    doc["checksum"] = store._checksum(doc)
+    doc["version"] = baseline_format.FORMAT_VERSION + 1
+    doc["checksum"] = baseline_format._checksum(doc)
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    with pytest.raises(GateError, match=f"format version {store.FORMAT_VERSION + 1} is not supported"):
+    with pytest.raises(GateError, match=f"format version {baseline_format.FORMAT_VERSION + 1} is not supported"):
         store.load_baseline(path)
 
 
@@ -189,13 +193,13 @@ def test_unwritable_directory(tmp_path: Path) -> None:
 def test_other_suite_baseline_is_refused(tmp_path: Path, suite) -> None:
     store.record_results(_results(), suite)
     baseline = store.load_baseline(suite.baseline_path)
-    store.check_suite(baseline, suite)  # same suite: fine
+    check_suite_hash(baseline, suite)  # same suite: fine
     other_path = tmp_path / "other" / "gatekeeper.yaml"
     other_path.parent.mkdir()
     other_path.write_text(SUITE_YAML.format(shots=5))
     other = load_suite(other_path)
     with pytest.raises(GateError) as err:
-        store.check_suite(baseline, other)
+        check_suite_hash(baseline, other)
     assert suite.hash[:12] in str(err.value) and other.hash[:12] in str(err.value)
 
 
@@ -259,7 +263,7 @@ def test_concurrent_promotes_lose_nothing(tmp_path: Path, suite) -> None:
 def test_waiting_for_the_lock_is_announced(tmp_path: Path, suite) -> None:
     store.record_results(_results(seed=1), suite)
     script = (
-        "import sys; from pathlib import Path; from gatekeeper import store; from gatekeeper.suite import load_suite;"
+        "import sys; from pathlib import Path; from gatekeeper.baseline import store; from gatekeeper.suite.suite import load_suite;"
         "from tests.test_store import _results;"
         f"store.promote_results(_results(seed=2), load_suite(Path({str(suite.path)!r})))"
     )
@@ -298,7 +302,7 @@ def test_real_kill_9_during_promote_leaves_a_valid_baseline(suite) -> None:
     store.record_results(_results(seed=1), suite)
     root = Path(__file__).resolve().parent.parent
     script = (
-        "from pathlib import Path; from gatekeeper import store; from gatekeeper.suite import load_suite;"
+        "from pathlib import Path; from gatekeeper.baseline import store; from gatekeeper.suite.suite import load_suite;"
         "from tests.test_store import _results;"
         f"s = load_suite(Path({str(suite.path)!r})); r = _results(seed=3, n=20000)\n"
         "while True: store.promote_results(r, s)"
@@ -321,7 +325,7 @@ def test_report_to_a_fifo_is_written_through(tmp_path: Path) -> None:
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     try:
-        store.atomic_write_bytes(fifo, b"report\n")
+        files.atomic_write_bytes(fifo, b"report\n")
         reader.join(10)
     finally:
         if reader.is_alive():  # the FIFO was replaced: release the blocked reader
@@ -333,7 +337,7 @@ def test_report_to_a_fifo_is_written_through(tmp_path: Path) -> None:
 def test_report_through_a_symlink_to_a_device_keeps_both(tmp_path: Path) -> None:
     link = tmp_path / "out.md"
     link.symlink_to("/dev/null")
-    store.atomic_write_bytes(link, b"report\n")
+    files.atomic_write_bytes(link, b"report\n")
     assert link.is_symlink() and os.readlink(link) == "/dev/null"
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.md"]
@@ -344,7 +348,7 @@ def test_report_through_a_symlink_to_a_file_replaces_the_file(tmp_path: Path) ->
     real.write_text("old")
     link = tmp_path / "link.json"
     link.symlink_to(real)
-    store.atomic_write_bytes(link, b"new")
+    files.atomic_write_bytes(link, b"new")
     assert link.is_symlink() and real.read_text() == "new"
 
 
@@ -355,7 +359,7 @@ def test_report_to_stdout_through_proc_fd(tmp_path: Path) -> None:
     link.symlink_to("/proc/self/fd/1")
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
-        [sys.executable, "-c", f"from gatekeeper import store; store.atomic_write_bytes({str(link)!r}, b'hello')"],
+        [sys.executable, "-c", f"from gatekeeper import files; files.atomic_write_bytes({str(link)!r}, b'hello')"],
         cwd=root, capture_output=True, env=dict(os.environ, PYTHONPATH=str(root)), timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -364,7 +368,7 @@ def test_report_to_stdout_through_proc_fd(tmp_path: Path) -> None:
 
 def test_writing_to_a_directory_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(GateError, match="is a directory"):
-        store.atomic_write_bytes(tmp_path, b"x")
+        files.atomic_write_bytes(tmp_path, b"x")
 
 
 # ------------------------------------------------------------------ portable provenance

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.model import GateError, SeriesKey
-from gatekeeper.policy import load_policy
-from gatekeeper.suite import load_suite, suite_hash
+from gatekeeper.errors import GateError
+from gatekeeper.model import SeriesKey
+from gatekeeper.suite.suite import load_policy, load_suite, suite_hash
 
 GOOD = """\
 name: demo

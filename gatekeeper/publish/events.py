@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gatekeeper.model import GateError
+from gatekeeper.errors import GateError
 
 PR_EVENTS = ("pull_request", "pull_request_target")
 # Events that can run a pull request's code (the workflow may check out its head): on a

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import requests
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from gatekeeper import __version__
 
@@ -462,8 +463,6 @@ def _shut(resp: requests.Response | None) -> None:
 
 def _never_sent(exc: requests.exceptions.RequestException) -> bool:
     """True when the request surely never reached GitHub (no connection was made)."""
-    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
-
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return True
     reason = getattr(exc.args[0], "reason", None) if exc.args else None

@@ -1,0 +1,176 @@
+"""The baseline store: where the accepted reference lives, and how it is replaced.
+
+``save_baseline`` / ``load_baseline`` read and write one baseline file (its format and checks:
+``format.py``, ``validate.py``); ``record_results`` stores a first baseline, ``promote_results``
+replaces it and keeps the previous one under ``history/`` (names never reused). Both hold
+``store_lock`` (an ``flock`` on the baseline folder), so concurrent promotes serialize.
+``load_any`` is the one front door for "a baseline file or an lm-eval run".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gatekeeper.baseline import format as fmt
+from gatekeeper.errors import GateError
+from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock
+from gatekeeper.model import RunResults
+from gatekeeper.results.reader import load_run
+from gatekeeper.suite.suite import Suite
+
+
+def save_baseline(
+    results: RunResults, path: Path, *, suite_name: str | None, suite_hash: str | None
+) -> None:
+    """Write ``results`` as a baseline file, whole or not at all."""
+    atomic_write_bytes(Path(path), fmt.encode(results, suite_name=suite_name, suite_hash=suite_hash))
+
+
+def load_baseline(path: Path) -> RunResults:
+    """Read a baseline file; refuses unknown formats, files whose checksum does not match, fields
+    of the wrong type, and per-item values that disagree with the aggregate the file reports."""
+    return fmt.read(Path(path))[1]
+
+
+def load_any(path: str | Path, *, cluster_keys: dict[str, str] | None = None) -> RunResults:
+    """A baseline file (.json.gz from the store) or anything ``results.reader.load_run`` accepts."""
+    path = Path(path)
+    if path.is_file() and fmt.is_baseline_file(path):
+        return load_baseline(path)
+    return load_run(path, cluster_keys=cluster_keys)
+
+
+# ----------------------------------------------------------------------------- record / promote
+
+
+def record_results(
+    results: RunResults, suite: Suite, *, force: bool = False, path: Path | None = None
+) -> Path:
+    target = Path(path) if path is not None else suite.baseline_path
+    with store_lock(target):
+        refuse_existing(target, force)  # again, under the lock: another record may have won
+        save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
+    return target
+
+
+def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None) -> Path:
+    target = Path(path) if path is not None else suite.baseline_path
+    with store_lock(target):
+        if target.is_file():
+            # Copy first, replace second: a failure at any point leaves the current baseline valid.
+            _write_history(target, target.read_bytes())
+        save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
+    return target
+
+
+@contextmanager
+def store_lock(target: Path, *, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the baseline folder's lock: record and promote run one at a time per folder.
+
+    Temp files that a killed writer left behind are removed while the lock is held, when no
+    other writer can own them."""
+    with folder_lock(Path(target).parent, timeout=timeout):
+        _remove_stale_temps(Path(target))
+        yield
+
+
+def _remove_stale_temps(target: Path) -> None:
+    name, stem = target.name, _stem(target)
+    stale = list(target.parent.glob(f".{name}.*.tmp"))
+    stale += list((target.parent / "history").glob(f".{stem}.*.json.gz.*.tmp"))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_history(target: Path, data: bytes) -> Path:
+    """The previous baseline under a new name in history/; never replaces an existing entry
+    (``os.link`` fails when the name is taken, even against a writer that ignores the lock)."""
+    for _ in range(1000):
+        dest = _history_path(target)
+        try:
+            atomic_write_bytes(dest, data, exclusive=True)
+            return dest
+        except FileExistsError:
+            continue
+    raise GateError(f"{target.parent / 'history'}: no free history name; clean up history/")
+
+
+def refuse_existing(target: Path, force: bool) -> None:
+    if target.exists() and not force:
+        raise GateError(
+            f"{target}: a baseline already exists; use `gatekeeper baseline promote` to replace it "
+            "(keeps the old one in history/) or --force"
+        )
+
+
+def history(path: Path) -> list[Path]:
+    """Previous baselines of ``path``, oldest first."""
+    path = Path(path)
+    folder = path.parent / "history"
+    if not folder.is_dir():
+        return []
+    def order(p: Path) -> tuple[str, int]:
+        stamp = p.name[len(_stem(path)) + 1 : -len(".json.gz")]
+        base, _, n = stamp.partition("-")
+        return base, int(n) if n.isdigit() else 0
+
+    return sorted(folder.glob(f"{_stem(path)}.*.json.gz"), key=order)
+
+
+def show(path: Path) -> str:
+    """A human summary: suite, hash, model, date, tasks, metrics with aggregates, history."""
+    path = Path(path)
+    if not path.is_file():
+        raise GateError(f"{path}: no baseline file (record one with `gatekeeper baseline record`)")
+    doc, res = fmt.read(path)  # one read: a hostile file is inflated (at most) once
+    prov = res.provenance
+    man = prov.manifest or {}
+    lines = [
+        f"baseline   {path}",
+        f"suite      {doc.get('suite') or '-'}  (hash {(prov.suite_hash or '-')[:12]})",
+        f"model      {man.get('model') or prov.model_name or '-'}"
+        + (f"  dtype {prov.model_dtype}" if prov.model_dtype else ""),
+        f"recorded   {doc.get('created') or '-'}",
+        f"lm-eval    {prov.lm_eval_version or '-'}",
+        f"size       {path.stat().st_size:,} bytes, {len(res.series)} series",
+        "",
+        f"{'task':<28} {'metric,filter':<34} {'n':>6} {'value':>10}",
+    ]
+    for key in sorted(res.series, key=lambda k: (k.task, k.metric, k.filter)):
+        s = res.series[key]
+        value = "-" if s.reported is None else f"{s.reported:.4f}"
+        lines.append(f"{key.task:<28} {key.metric + ',' + key.filter:<34} {s.n:>6} {value:>10}")
+    for group, metrics in sorted(res.groups.items()):
+        for name, value in sorted(metrics.items()):
+            if isinstance(value, (int, float)) and "_stderr" not in name:
+                lines.append(f"{group + ' (group)':<28} {name:<34} {'':>6} {value:>10.4f}")
+    past = history(path)
+    lines.append("")
+    lines.append(f"history    {len(past)} previous baseline(s)")
+    lines.extend(f"           {p.name}" for p in past)
+    return "\n".join(lines)
+
+
+def _history_path(target: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    folder = target.parent / "history"
+    for n in _counter():
+        candidate = folder / f"{_stem(target)}.{stamp}{'' if n == 0 else f'-{n}'}.json.gz"
+        if not candidate.exists():
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def _counter() -> Iterator[int]:
+    n = 0
+    while True:
+        yield n
+        n += 1
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    return name[: -len(".json.gz")] if name.endswith(".json.gz") else path.stem

@@ -1,0 +1,16 @@
+"""Pure, vectorized paired statistics for the gate: no I/O, no torch, no lm-eval.
+
+sacrebleu is imported lazily, only for corpus metrics (bleu, chrf, ter); scipy lazily, only
+for McNemar.
+"""
+
+from gatekeeper.compare.stats.aggregate import aggregate
+from gatekeeper.compare.stats.multiplicity import adjust_pvalues, decision_levels, mde, mde_for_rule
+from gatekeeper.compare.stats.paired import paired_test
+from gatekeeper.compare.stats.result import PairedTest
+from gatekeeper.compare.stats.rounding import snap_rounding, within_floor
+
+__all__ = [
+    "PairedTest", "adjust_pvalues", "aggregate", "decision_levels", "mde", "mde_for_rule", "paired_test",
+    "snap_rounding", "within_floor",
+]

@@ -1,0 +1,145 @@
+"""``paired_test``: pick and run the right paired test for one metric."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gatekeeper.compare.stats.itemwise import item_bootstrap, item_permutation
+from gatekeeper.compare.stats.mcnemar import mcnemar
+from gatekeeper.compare.stats.resampling import Units, bootstrap, permutation_test
+from gatekeeper.compare.stats.result import PairedTest
+from gatekeeper.results.metrics import MetricKind, kind_named
+
+MIN_CLUSTERS = 20
+
+
+def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
+                higher_is_better: bool, clusters: np.ndarray | None = None, confidence: float = 0.95,
+                n_resamples: int = 10_000, seed: int = 0) -> PairedTest:
+    """Compare a candidate run with a baseline run on the same items (paired row by row).
+
+    - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling).
+    - other "mean": sign-flip permutation (exact up to 16 nonzero differences) + paired
+      percentile bootstrap.
+    - other kinds with sufficient statistics (ratio, corpus, confusion counts, ...):
+      permutation swapping the two runs' values within items, and paired bootstrap, both
+      recomputing the aggregate from summed statistics.
+    - kinds without (median, task-defined aggregations): the same, resampling items and
+      calling the aggregate on each resample (no clusters).
+    - clusters: the same with whole clusters as the units.
+    Degenerate case: when every pair is identical, p_worse = p_better = 1, interval (0, 0),
+    se 0 (no evidence either way; the conservative choice) and ``identical`` is True.
+    """
+    k = kind_named(kind)
+    base = k.check(aggregation, baseline, "baseline")
+    cand = k.check(aggregation, candidate, "candidate")
+    if base.shape != cand.shape:
+        raise ValueError(f"baseline and candidate must pair row by row: shapes {base.shape} vs {cand.shape}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    n = int(base.shape[0])
+    labels = _check_clusters(clusters, n)
+
+    if kind == "mean" and labels is None and _is_binary(base) and _is_binary(cand):
+        return _mcnemar_test(base, cand, higher_is_better, confidence)
+
+    stats = k.unit_stats(aggregation, base, cand)
+    if stats is None:
+        if labels is not None:
+            raise ValueError(f"clusters are not supported for aggregation {aggregation!r}; drop the cluster key")
+        return _itemwise_test(k, aggregation, base, cand, higher_is_better, confidence, n_resamples, seed)
+    xb, xc = stats
+    b_score, c_score = k.exact_scores(aggregation, base, cand, xb, xc)
+
+    warnings: list[str] = []
+    n_clusters = None
+    if labels is not None:
+        _, inverse = np.unique(labels, return_inverse=True)
+        n_clusters = int(inverse.max()) + 1
+        xb, xc = _cluster_sums(xb, inverse, n_clusters), _cluster_sums(xc, inverse, n_clusters)
+        if n_clusters < MIN_CLUSTERS:
+            warnings.append(
+                f"only {n_clusters} clusters (< {MIN_CLUSTERS}): cluster-level p-values and intervals "
+                "are coarse and the interval may undercover"
+            )
+    units = Units(xb, xc, k.score_fn(aggregation), mean_of_diff=(k.mean_of_diff and labels is None))
+
+    ss_perm, ss_boot = np.random.SeedSequence(seed).spawn(2)
+    perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
+    exact = perm is not None and perm.exact
+    test = "cluster-permutation" if labels is not None else k.test_name(exact)
+    common = dict(test=test, n=n, n_clusters=n_clusters, baseline=b_score, candidate=c_score,
+                  delta=c_score - b_score, confidence=confidence)
+    if perm is None:  # every pair identical
+        return PairedTest(**common, ci_low=0.0, ci_high=0.0, p_worse=1.0, p_better=1.0, se=0.0,
+                          n_resamples=0, warnings=tuple(warnings), identical=True)
+    boot = bootstrap(units, confidence, n_resamples, ss_boot)
+    return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
+                      p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
+                      warnings=tuple(warnings), se_null=perm.se, draws=boot.draws)
+
+
+def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float) -> PairedTest:
+    r = mcnemar(base, cand, higher_is_better, confidence)
+    b_score, c_score = kind_named("mean").aggregate("mean", base), kind_named("mean").aggregate("mean", cand)
+    flips = r.b + r.c
+    both_right = int(np.count_nonzero((base == 1) & (cand == 1)))
+    # Under H0 the flips go either way: the test's spread is sqrt(flips) / n.
+    return PairedTest(test="mcnemar-midp", n=r.n, n_clusters=None, baseline=b_score, candidate=c_score,
+                      delta=c_score - b_score, ci_low=r.ci_low, ci_high=r.ci_high, confidence=confidence,
+                      p_worse=r.p_worse, p_better=r.p_better, se=r.se, n_resamples=0,
+                      se_null=float(np.sqrt(flips)) / r.n, identical=flips == 0,
+                      counts=(both_right, r.b, r.c, r.n - both_right - flips))
+
+
+def _is_binary(values: np.ndarray) -> bool:
+    return bool(((values == 0) | (values == 1)).all())
+
+
+def _check_clusters(clusters: np.ndarray | None, n: int) -> np.ndarray | None:
+    if clusters is None:
+        return None
+    labels = np.asarray(clusters)
+    if labels.shape != (n,):
+        raise ValueError(f"clusters must have one label per item: shape {labels.shape}, expected ({n},)")
+    if labels.dtype == object:
+        if any(v is None for v in labels):
+            raise ValueError("clusters: an item has no cluster label (None)")
+        labels = labels.astype(str)
+    return labels
+
+
+def _cluster_sums(x: np.ndarray, inverse: np.ndarray, n_clusters: int) -> np.ndarray:
+    out = np.zeros((n_clusters, x.shape[1]))
+    np.add.at(out, inverse, x)
+    return out
+
+
+def _itemwise_test(k: MetricKind, aggregation: str, base: np.ndarray, cand: np.ndarray, hib: bool,
+                   confidence: float, n_resamples: int, seed: int) -> PairedTest:
+    """Resample items and call the kind's aggregate per resample (no sufficient statistics)."""
+    n = int(base.shape[0])
+    b_score, c_score = k.aggregate(aggregation, base), k.aggregate(aggregation, cand)
+    warnings: tuple[str, ...] = ()
+    wanted, n_resamples = n_resamples, k.resamples(aggregation, base, n_resamples)
+    if n_resamples < wanted:
+        warnings = (f"{n_resamples} resamples instead of {wanted}: the task's own aggregation is called once "
+                    f"per resample (the interval and p-value are coarser; smallest p 1/{n_resamples + 1})",)
+    common = dict(test=k.test_name(False), n=n, n_clusters=None, baseline=b_score, candidate=c_score,
+                  delta=c_score - b_score, confidence=confidence)
+    if k.identical(base, cand):
+        return PairedTest(**common, ci_low=0.0, ci_high=0.0, p_worse=1.0, p_better=1.0, se=0.0,
+                          n_resamples=0, identical=True)
+    both = np.concatenate([base, cand])
+
+    def score(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return k.resample_score(aggregation, values, idx)
+
+    ss_perm, ss_boot = np.random.SeedSequence(seed).spawn(2)
+    perm = item_permutation(both, n, score, hib, n_resamples, ss_perm)
+    boot = item_bootstrap(both, n, score, confidence, n_resamples, ss_boot)
+    return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
+                      p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
+                      warnings=warnings, se_null=perm.se, draws=boot.draws)

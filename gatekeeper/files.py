@@ -1,0 +1,184 @@
+"""Files written whole or not at all, folder locks, bounded reads, portable paths.
+
+One home for the file operations every stage needs (pip's ``utils/filesystem.py`` is the
+model): baselines, run manifests, reports and the job summary are written with
+``atomic_write_bytes``; record and promote serialise on ``folder_lock``; files that may arrive
+in a pull request are read with ``read_limited``; nothing that is committed records an
+absolute path of the machine that wrote it (``portable_path``).
+
+Ground floor: imports only ``gatekeeper.errors``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.errors import GateError
+
+LOCK_TIMEOUT_S = 600.0
+
+
+class TooLarge(Exception):
+    """``read_limited`` found more than ``limit`` bytes."""
+
+
+def read_limited(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, reading at most ``limit`` + 1 of them (bounded even where st_size
+    lies: a FIFO, /proc); raises ``TooLarge`` over the limit and ``OSError`` as ``open`` does."""
+    with Path(path).open("rb") as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise TooLarge(path)
+    return raw
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory.
+
+    Only a regular file (or a new one) is replaced that way. Anything else that exists is
+    written through, as a shell redirection would: a character device (``/dev/stdout``,
+    ``/dev/null``), a FIFO or process substitution. A symlink is followed: the file it points to
+    is replaced and the link stays a link. ``exclusive``: fail with ``FileExistsError`` rather
+    than replace an existing ``path``."""
+    path = Path(path)
+    try:
+        st = os.stat(path)  # follows symlinks, also /proc's "magic" fd links
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if exclusive:
+            raise FileExistsError(path)
+        _write_through(path, data, st)
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # replace the link's target, keep the link
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        # mkstemp creates 0600; a baseline or report is an ordinary file (umask applies).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        if exclusive:
+            os.link(tmp, path)  # FileExistsError when taken; the temp name goes in `finally`
+        else:
+            os.replace(tmp, path)
+    except BaseException as exc:  # also KeyboardInterrupt: never leave the temp file behind
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, FileExistsError):
+            raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise
+    if exclusive:
+        Path(tmp).unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def _write_through(path: Path, data: bytes, st: os.stat_result) -> None:
+    """Write into an existing non-regular file (device, FIFO) without replacing it."""
+    if stat.S_ISDIR(st.st_mode):
+        raise GateError(f"{path}: is a directory; give a file name")
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))  # no O_CREAT: it exists
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+    except OSError as exc:
+        raise GateError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # not supported on this platform / filesystem; the rename already happened
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as indented JSON (UTF-8, one trailing newline), whole or not at all."""
+    atomic_write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8"))
+
+
+@contextmanager
+def folder_lock(folder: Path, *, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold ``folder``'s lock (created if missing): writers of one folder run one at a time.
+
+    The lock is ``fcntl.flock`` on the folder itself (no lock file to commit or leave behind;
+    the kernel drops it when the process dies, also on kill -9). Waiting is announced on
+    stderr."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as exc:
+        raise GateError(f"{folder}: cannot lock the baseline folder ({exc.strerror or exc})") from None
+    try:
+        _acquire(fd, folder, timeout)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _acquire(fd: int, folder: Path, timeout: float) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    except OSError as exc:
+        raise GateError(f"{folder}: cannot lock the baseline folder ({exc.strerror or exc})") from None
+    print(f"gatekeeper: waiting for {folder}: another baseline record/promote holds its lock",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(0.05)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise GateError(
+                    f"{folder}: still locked by another baseline record/promote after {timeout:.0f} s; "
+                    "retry when it has finished"
+                ) from None
+
+
+# A committed file (baseline, history) is read on other machines: it records no absolute path of
+# the machine that wrote it. A path inside a git repository is kept relative to that
+# repository's root; any other absolute path keeps only its last component.
+
+
+def portable_path(value: str) -> str:
+    """``value`` relative to the git repository containing it, or its name when outside one;
+    relative paths and anything that is not an absolute path are returned unchanged."""
+    if not isinstance(value, str) or not value.startswith("/") or "\n" in value:
+        return value
+    path = Path(os.path.normpath(value))
+    for parent in path.parents:
+        if parent != Path(parent.anchor) and (parent / ".git").exists():
+            return path.relative_to(parent).as_posix()
+    return path.name or value

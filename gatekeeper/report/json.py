@@ -1,0 +1,117 @@
+"""The machine-readable report (schema: docs/report-schema.md): strict JSON, no NaN."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gatekeeper import __version__
+from gatekeeper.compare.compare import Comparison, Outcome
+from gatekeeper.model import Provenance
+from gatekeeper.report.numbers import finite
+
+SCHEMA_VERSION = 1
+
+
+def _provenance_json(p: Provenance) -> dict[str, Any]:
+    return {
+        "source": p.source,
+        "model": p.model_name,
+        "dtype": p.model_dtype,
+        "batch_size": p.batch_size,
+        "device": p.device,
+        "lm_eval_version": p.lm_eval_version,
+        "transformers_version": p.transformers_version,
+        "task_versions": p.task_versions,
+        "n_shot": p.n_shot,
+        "seeds": p.seeds,
+        "limit": p.limit,
+        "task_hashes": p.task_hashes,
+        "chat_template_sha": p.chat_template_sha,
+        "suite_hash": p.suite_hash,
+        "date": p.date,
+        "manifest": p.manifest,
+    }
+
+
+def comparison_json(c: Comparison) -> dict[str, Any]:
+    t = c.test
+    lo, hi = c.interval
+    return {
+        "task": c.key.task,
+        "metric": c.key.metric,
+        "filter": c.key.filter,
+        "gated": c.gated,
+        "higher_is_better": c.higher_is_better,
+        "margin": c.margin,
+        "n": t.n,
+        "n_clusters": t.n_clusters,
+        "baseline": finite(t.baseline),
+        "candidate": finite(t.candidate),
+        "delta": finite(t.delta),
+        "ci_low": finite(t.ci_low),
+        "ci_high": finite(t.ci_high),
+        "confidence": t.confidence,
+        "decision_level": c.level,
+        "decision_ci_low": finite(lo),
+        "decision_ci_high": finite(hi),
+        "decision_confidence": 1 - 2 * c.level,
+        "p_value": finite(c.p_value if c.p_value is not None else t.p_worse),
+        "p_adjusted": finite(c.p_adjusted),
+        "test": t.test,
+        "n_resamples": t.n_resamples,
+        "verdict": c.verdict,
+        "mde": finite(c.mde),
+        "identical": t.identical,
+        "rounded_items": c.rounded,
+        "within_rounding": c.within_rounding,
+        "right_to_wrong": c.right_to_wrong,
+    }
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float (anywhere: groups, margins, manifests) as None, so
+    the report is strict JSON whoever serialises it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def to_json(outcome: Outcome) -> dict[str, Any]:
+    """The machine-readable report; its schema is documented in docs/report-schema.md."""
+    return _strict(_report_dict(outcome))
+
+
+def _report_dict(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "gatekeeper_version": __version__,
+        "suite": outcome.suite,
+        "verdict": outcome.verdict,
+        "regressions": len(outcome.regressions),
+        "inconclusive": len(outcome.inconclusive),
+        "policy": {
+            "alpha": outcome.policy.alpha,
+            "correction": outcome.policy.correction,
+            "default_margin": outcome.policy.margin,
+            "resamples": outcome.policy.resamples,
+            "rounding": outcome.policy.rounding,
+            "test": outcome.policy.test,
+        },
+        "comparisons": [comparison_json(c) for c in outcome.comparisons],
+        "groups": {
+            g: {"baseline": outcome.baseline.groups.get(g, {}), "candidate": vals}
+            for g, vals in outcome.candidate.groups.items()
+        },
+        "provenance": {
+            "baseline": _provenance_json(outcome.baseline.provenance),
+            "candidate": _provenance_json(outcome.candidate.provenance),
+            "differences": [d.message for d in outcome.differences],
+        },
+        "warnings": list(outcome.warnings),
+        "notes": list(outcome.notes),
+    }

@@ -1,0 +1,44 @@
+"""Numbers as every rendering of a report shows them (markdown, terminal, action log)."""
+
+from __future__ import annotations
+
+import math
+
+from gatekeeper.compare.compare import Comparison
+
+
+def fmt_num(x: float | None, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1000 or abs(x) < 10 ** -(digits - 1):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}" if abs(x) >= 1 else f"{x:.{digits}f}"
+
+
+def signed(x: float) -> str:
+    s = fmt_num(x)
+    return s if s.startswith("-") or s in ("0", "–") else "+" + s
+
+
+def fmt_p(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return "<1e-4" if x < 1e-4 else f"{x:.4f}"
+
+
+def finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def delta_cell(c: Comparison) -> str:
+    """Delta and the interval at the level the decision used (what the verdict agrees with).
+
+    When no item changed there is no interval to speak of: say so instead of "[0, 0]"."""
+    t = c.test
+    if t.identical:
+        return "0 (no item flipped)" if t.counts is not None else "0 (no item changed)"
+    lo, hi = c.interval
+    conf = f"{(1 - 2 * c.level) * 100:.3g}%"
+    return f"{signed(t.delta)} [{signed(lo)}, {signed(hi)}] {conf}"

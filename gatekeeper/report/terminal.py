@@ -1,0 +1,40 @@
+"""The terminal table ``gatekeeper compare`` and ``gate`` print."""
+
+from __future__ import annotations
+
+from gatekeeper.compare.compare import Outcome
+from gatekeeper.report.headline import headline
+from gatekeeper.report.numbers import delta_cell, fmt_num, fmt_p
+
+
+def render_terminal(outcome: Outcome) -> str:
+    cols = ("task", "metric", "baseline", "candidate", "delta [interval at decision level]", "p adj", "verdict")
+    rows = []
+    for c in outcome.comparisons:
+        t = c.test
+        metric = c.key.metric if c.key.filter == "none" else f"{c.key.metric},{c.key.filter}"
+        rows.append(
+            (
+                " ".join(c.key.task.split()),  # one row per comparison, whatever the name holds
+                " ".join(metric.split()) + ("" if c.gated else " (info)"),
+                fmt_num(t.baseline),
+                fmt_num(t.candidate),
+                delta_cell(c),
+                fmt_p(c.p_adjusted) if c.gated else "–",
+                c.verdict.upper() if c.verdict == "regressed" and c.gated else c.verdict,
+            )
+        )
+    widths = [max(len(str(r[i])) for r in [cols, *rows]) for i in range(len(cols))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*cols).rstrip(), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r).rstrip() for r in rows]
+    for n in outcome.notes:
+        lines.append(f"note: {n}")
+    for d in outcome.differences:
+        lines.append(f"context: {d.message}")
+    for w in outcome.warnings:
+        lines.append(f"warning: {w}")
+    lines.append("")
+    mark = "FAIL" if outcome.verdict == "fail" else "PASS"
+    lines.append(f"{mark}: {headline(outcome)}")
+    return "\n".join(lines)

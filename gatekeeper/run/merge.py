@@ -1,0 +1,366 @@
+"""``gatekeeper merge --out DIR SHARD_DIR...``: N ``run --shard K/N`` folders → one run.
+
+The shards must belong together: one shard count, every K exactly once, the same suite (hash),
+model files (sha256), lm-eval version, seeds, dtype, model arguments, limit and task configs,
+and their documents disjoint and together exactly the documents the unsharded run evaluates.
+Anything else is one ``GateError`` line naming the shard folder.
+
+The merged folder has the layout ``gatekeeper run`` writes (``<model>/results_<ts>.json``,
+``samples_<task>_<ts>.jsonl``, ``gatekeeper-manifest.json``), so ``compare``, ``gate --run``
+and ``baseline record/promote`` read it like any other run:
+
+- samples lines are copied byte for byte, ordered as lm-eval orders them (filter, then doc id);
+- each task's metrics are recomputed from the merged per-item values as lm-eval computes them
+  (the metric kind's exact aggregate; ``mean_stderr`` for means; "N/A" where lm-eval bootstraps a stderr),
+  ``task_hashes`` as ``EvaluationTracker`` does, groups as ``Group.aggregate`` does (size-weighted
+  or plain mean, pooled stderr) from the aggregation each shard recorded in its manifest;
+- the merged folder is read back with ``results.load_run`` (which recomputes every aggregate)
+  before it is renamed into place, so a merge the gate could not read is never left behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gatekeeper.errors import GateError
+from gatekeeper.results import reader as results
+from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, samples_path
+from gatekeeper.results.metrics import kind_for
+from gatekeeper.run.runner import check_output  # torch-free: runner imports lm-eval lazily
+
+# results.json fields that must be equal in every shard (the rest is per-machine context).
+_SAME_RESULTS = ("configs", "versions", "n-shot", "higher_is_better", "lm_eval_version",
+                 "group_subtasks", "chat_template_sha", "system_instruction_sha", "fewshot_as_multiturn",
+                 "model_name", "model_name_sanitized", "transformers_version", "max_length", "eot_token_id",
+                 "tokenizer_pad_token", "tokenizer_eos_token", "tokenizer_bos_token")
+_SAME_CONFIG = ("model", "model_args", "model_dtype", "bootstrap_iters", "gen_kwargs",
+                "random_seed", "numpy_seed", "torch_seed", "fewshot_seed")
+_SAME_MANIFEST = ("suite_hash", "suite_name", "model_files", "lm_eval_version", "dtype", "seeds",
+                  "limit", "tasks", "revision", "torch_version", "transformers_version")
+# lm-eval bootstraps these aggregations' stderr (random draws): not recomputable, written "N/A".
+_CLOSED_FORM_STDERR = {"mean"}
+_MERGEABLE_KINDS = {"mean", "ratio", "corpus"}
+
+
+@dataclass
+class ShardRun:
+    """One shard folder as read for merging."""
+
+    folder: Path
+    results_file: Path
+    data: dict[str, Any]
+    manifest: dict[str, Any]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.manifest["shard"]
+
+
+def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
+    """Check that ``shard_dirs`` are the N shards of one run, write the merged run under
+    ``out_dir`` (atomically) and return its folder."""
+    if not shard_dirs:
+        raise GateError("merge: no shard folders given; pass the N folders written by `run --shard K/N`")
+    shards = [_load_shard(Path(d)) for d in shard_dirs]
+    _check_set(shards)
+    _check_same(shards)
+    merged = {task: _merge_task(shards, task) for task in sorted(shards[0].data["configs"])}
+    data = _merged_results(shards, merged)
+    lines = {task: [line for line, _ in items] for task, items in merged.items()}
+    target = Path(out_dir) / str(data.get("model_name_sanitized") or shards[0].results_file.parent.name)
+    fresh = not Path(out_dir).exists()
+    check_output(Path(out_dir), target)
+    try:
+        return _write(shards, data, lines, Path(out_dir), target)
+    except BaseException:
+        if fresh and Path(out_dir).is_dir() and not any(Path(out_dir).iterdir()):
+            Path(out_dir).rmdir()  # we made it; a failed merge leaves nothing behind
+        raise
+
+
+def _write(shards: list[ShardRun], data: dict[str, Any], lines: dict[str, list[str]], out_dir: Path,
+           target: Path) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-merge-", dir=out_dir))
+    try:
+        folder = tmp / target.name
+        folder.mkdir()
+        stamp = datetime.now().isoformat().replace(":", "-")  # lm-eval's date_id
+        results_file = folder / f"results_{stamp}.json"
+        samples = {}
+        for task, task_lines in lines.items():
+            samples[task] = f"samples_{task}_{stamp}.jsonl"
+            (folder / samples[task]).write_text("".join(task_lines), encoding="utf-8")
+        results_file.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+        manifest = _merged_manifest(shards, results_file.name, samples)
+        (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                            encoding="utf-8")
+        results.load_run(folder)  # the gate must be able to read what we wrote: recomputes everything
+        _fsync_tree(folder)
+        try:
+            os.rename(folder, target)
+        except OSError as exc:
+            raise GateError(f"{target}: cannot move the merged run into place ({exc.strerror})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ----------------------------------------------------------------------------- reading and checks
+
+
+def _load_shard(folder: Path) -> ShardRun:
+    results_file, _ = find_results_file(folder)
+    results.load_run(results_file)  # internally consistent: aggregates, hashes, counts
+    data = json.loads(results_file.read_text(encoding="utf-8"))
+    manifest_path = results_file.parent / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise GateError(f"{folder}: no {MANIFEST_NAME}; merge takes folders written by `gatekeeper run --shard K/N`")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    info = manifest.get("shard") if isinstance(manifest, dict) else None
+    if not isinstance(info, dict) or not all(k in info for k in ("index", "count", "docs", "items", "groups")):
+        raise GateError(f"{folder}: not a shard (its manifest has no 'shard'); "
+                        "merge takes folders written by `gatekeeper run --shard K/N`")
+    return ShardRun(folder, results_file, data, manifest)
+
+
+def _check_set(shards: list[ShardRun]) -> None:
+    counts = {s.info["count"] for s in shards}
+    if len(counts) > 1:
+        raise GateError(f"{shards[0].folder}: shards of different splits ({', '.join(_names(shards))}); "
+                        "pass the shards of one `--shard K/N` run")
+    n = counts.pop()
+    seen: dict[int, Path] = {}
+    for s in shards:
+        k = s.info["index"]
+        if k in seen:
+            raise GateError(f"{s.folder}: shard {k}/{n} given twice (also {seen[k]}); pass each shard once")
+        seen[k] = s.folder
+    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in seen]
+    if missing:
+        raise GateError(f"{shards[0].folder}: shard(s) {', '.join(missing)} missing; "
+                        f"pass all {n} shard folders")
+    shards.sort(key=lambda s: s.info["index"])
+
+
+def _check_same(shards: list[ShardRun]) -> None:
+    first = shards[0]
+    for s in shards[1:]:
+        for key in _SAME_MANIFEST:
+            if s.manifest.get(key) != first.manifest.get(key):
+                raise GateError(f"{s.folder}: {key} differs from shard {first.info['index']}'s "
+                                f"({first.folder}); merge shards of one model, suite and settings")
+        for key in ("items", "limit", "groups"):
+            if s.info.get(key) != first.info.get(key):
+                raise GateError(f"{s.folder}: shard {key} differs from {first.folder}; "
+                                "re-run every shard with the same suite")
+        for key in _SAME_RESULTS:
+            if s.data.get(key) != first.data.get(key):
+                raise GateError(f"{s.results_file}: {key} differs from {first.results_file}; "
+                                "merge shards of one model, suite and settings")
+        for key in _SAME_CONFIG:
+            if (s.data.get("config") or {}).get(key) != (first.data.get("config") or {}).get(key):
+                raise GateError(f"{s.results_file}: config.{key} differs from {first.results_file}; "
+                                "merge shards of one model, suite and settings")
+
+
+def _merge_task(shards: list[ShardRun], task: str) -> list[tuple[str, dict[str, Any]]]:
+    """The task's samples (line, parsed) from every shard, in lm-eval's order; checks the
+    documents are disjoint, complete and those each shard's manifest says."""
+    total = shards[0].info["items"].get(task)
+    if not isinstance(total, int):
+        raise GateError(f"{shards[0].folder}: shard manifest has no item count for task {task}")
+    by_filter: dict[str, dict[int, tuple[str, dict[str, Any]]]] = {}
+    owner: dict[tuple[str, int], Path] = {}
+    for s in shards:
+        path = samples_path(s.results_file, task)
+        first, end = s.info["docs"].get(task, (0, 0))
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                    filt, doc = item["filter"], item["doc_id"]
+                except (ValueError, KeyError, TypeError):
+                    raise GateError(f"{path}: a line is not an lm-eval sample (no filter/doc_id); "
+                                    "re-run this shard") from None
+                if not first <= doc < end:
+                    raise GateError(f"{path}: doc {doc} is outside this shard's documents [{first}, {end}) "
+                                    "(shard edited or mixed up?)")
+                if (filt, doc) in owner:
+                    raise GateError(f"{path}: doc {doc} ({filt}) is also in {owner[(filt, doc)]}; "
+                                    "shards overlap, pass each shard once")
+                owner[(filt, doc)] = path
+                by_filter.setdefault(filt, {})[doc] = (line if line.endswith("\n") else line + "\n", item)
+    out = []
+    for filt, docs in by_filter.items():
+        if len(docs) != total:
+            missing = sorted(set(range(total)) - set(docs))[:5]
+            raise GateError(f"{shards[0].folder}: task {task} ({filt}) has {len(docs)} of {total} documents "
+                            f"over the shards (missing e.g. {missing}); pass every shard")
+        out.extend(docs[d] for d in sorted(docs))
+    return out
+
+
+# ----------------------------------------------------------------------------- recomputation
+
+
+def _merged_results(shards: list[ShardRun], merged: dict[str, list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
+    data = copy.deepcopy(shards[0].data)
+    config = data.setdefault("config", {})
+    boot = config.get("bootstrap_iters")
+    task_hashes = {}
+    for task, pairs in merged.items():
+        items = [item for _, item in pairs]
+        entry = data["results"][task]
+        n = _recompute_task(task, data["configs"][task], entry, items, boot)
+        data["n-samples"][task] = {"original": data["n-samples"][task]["original"], "effective": n}
+        task_hashes[task] = _sha256("".join(i["doc_hash"] + i["prompt_hash"] + i["target_hash"] for i in items))
+    for name, spec in shards[0].info["groups"].items():
+        if name in data["results"]:
+            _recompute_group(name, spec, data)
+    data["task_hashes"] = task_hashes
+    config["limit"] = shards[0].info.get("limit")  # what the unsharded run hands lm-eval
+    dates = [s.data.get("date") for s in shards if isinstance(s.data.get("date"), (int, float))]
+    if dates:
+        data["date"] = min(dates)
+    times = [_float(s.data.get("total_evaluation_time_seconds")) for s in shards]
+    data["total_evaluation_time_seconds"] = str(max(times))  # the shards ran side by side
+    return data
+
+
+def _recompute_task(task: str, config: dict[str, Any], entry: dict[str, Any], items: list[dict[str, Any]],
+                    boot: Any) -> int:
+    """Replace ``entry``'s metric values (and stderrs) by those of the merged items; returns
+    lm-eval's ``sample_len`` (the largest number of values of any metric)."""
+    aggregations = results.metric_aggregations(config)
+    sample_len = 0
+    for key in list(entry):
+        if key in results.NON_METRIC_KEYS or "," not in key or key.partition(",")[0].endswith("_stderr"):
+            continue
+        metric, _, filt = key.partition(",")
+        agg = aggregations.get(metric, results.DEFAULT_AGGREGATION.get(metric, "mean"))
+        kind = kind_for(agg)
+        # Per-item means, ratios of sums and corpus statistics merge exactly; confusion-matrix,
+        # median and task-defined aggregations are not recomputed here (yet).
+        if kind is None or kind.name not in _MERGEABLE_KINDS:
+            raise GateError(f"task {task}: metric {metric} has aggregation {results.aggregation_name(agg)}, "
+                            "which merge cannot recompute from per-item values; run this suite unsharded")
+        raw = [i[metric] for i in items if i["filter"] == filt and metric in i]
+        values = [kind.item_value(agg, v, task, metric) for v in raw]
+        entry[key] = kind.aggregate(agg, kind.as_array(agg, values))
+        stderr_key = f"{metric}_stderr,{filt}"
+        if stderr_key in entry:
+            closed = agg in _CLOSED_FORM_STDERR and isinstance(boot, int) and boot > 0 and len(raw) > 1
+            entry[stderr_key] = _mean_stderr(raw) if closed else "N/A"
+        sample_len = max(sample_len, len(raw))
+    if "sample_len" in entry:
+        entry["sample_len"] = sample_len
+    return sample_len
+
+
+def _mean_stderr(values: list[Any]) -> float:
+    # lm_eval.api.metrics.mean_stderr, operation for operation (same float results).
+    arr = [float(v) for v in values]
+    mu = sum(arr) / len(arr)
+    return math.sqrt(sum([(x - mu) ** 2 for x in arr]) / (len(arr) - 1)) / math.sqrt(len(arr))
+
+
+def _recompute_group(name: str, spec: dict[str, Any], data: dict[str, Any]) -> None:
+    """lm_eval.api.group.Group.aggregate on the merged leaf results."""
+    leaves = [data["results"][t] for t in spec["leaves"] if t in data["results"]]
+    entry = data["results"][name]
+    if not spec["aggregate"]:
+        return
+    entry["sample_len"] = sum(t.get("sample_len", 0) for t in leaves)
+    sample_count = {}
+    for agg in spec["aggregate"]:
+        if agg.get("aggregation") != "mean":
+            raise GateError(f"group {name}: aggregation {agg.get('aggregation')} of {agg['metric']} cannot be "
+                            "recomputed by merge; run this suite unsharded")
+        filters = agg["filter_list"] or sorted({k.partition(",")[2] for t in leaves for k in t
+                                                if k.startswith(f"{agg['metric']},")})
+        for filt in filters:
+            key, skey = f"{agg['metric']},{filt}", f"{agg['metric']}_stderr,{filt}"
+            have = [t for t in leaves if key in t]
+            if not have:
+                continue
+            values, sizes = [t[key] for t in have], [t.get("sample_len", 0) for t in have]
+            stderrs = [t[skey] for t in have if t.get(skey) is not None]
+            weights = sizes if agg["weight_by_size"] else [1] * len(sizes)
+            entry[key] = sum([v * w for v, w in zip(values, weights, strict=True)]) / sum(weights)
+            sample_count[key] = sum(sizes)
+            if len(stderrs) == len(values) and "N/A" not in stderrs:
+                entry[skey] = (_pooled_stderr(stderrs, sizes) if agg["weight_by_size"]
+                               else math.sqrt(sum(s**2 for s in stderrs)) / len(stderrs))
+            else:
+                entry[skey] = "N/A"
+    if sample_count:
+        entry["sample_count"] = sample_count
+    if name in (data.get("groups") or {}):
+        data["groups"][name] = copy.deepcopy(entry)
+
+
+def _pooled_stderr(stderrs: list[float], sizes: list[int]) -> float:
+    # lm_eval.api.metrics.pooled_sample_stderr (numpy sqrt, as there).
+    var = sum([(size - 1) * se**2 * size for size, se in zip(sizes, stderrs, strict=True)]) / (sum(sizes) - len(sizes))
+    return float(np.sqrt(var / sum(sizes)))
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _merged_manifest(shards: list[ShardRun], results_name: str, samples: dict[str, str]) -> dict[str, Any]:
+    manifest = copy.deepcopy(shards[0].manifest)
+    manifest.pop("shard", None)
+    manifest["merged_from"] = [
+        {"shard": f"{s.info['index']}/{s.info['count']}", "folder": str(s.folder), "docs": s.info["docs"],
+         "device": s.manifest.get("device"), "hardware": s.manifest.get("hardware"),
+         "start": s.manifest.get("start"), "end": s.manifest.get("end"),
+         "wall_seconds": s.manifest.get("wall_seconds")}
+        for s in shards
+    ]
+    starts = [s.manifest.get("start") for s in shards if isinstance(s.manifest.get("start"), str)]
+    ends = [s.manifest.get("end") for s in shards if isinstance(s.manifest.get("end"), str)]
+    manifest["start"], manifest["end"] = (min(starts) if starts else None), (max(ends) if ends else None)
+    manifest["wall_seconds"] = max(_float(s.manifest.get("wall_seconds")) for s in shards)
+    manifest["command"] = list(sys.argv)
+    manifest["results_file"], manifest["samples_files"] = results_name, dict(sorted(samples.items()))
+    return manifest
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in [*folder.iterdir(), folder]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _names(shards: list[ShardRun]) -> list[str]:
+    return [f"{s.info['index']}/{s.info['count']}" for s in shards]
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,857 @@
+"""``gatekeeper run``: the pinned suite through lm-eval 0.4.13's Python API, plus a manifest.
+
+Why the Python API and not the ``lm_eval`` CLI:
+- ``TaskManager(include_path, include_defaults=False)`` skips indexing lm-eval's ~14k bundled
+  tasks (about 4 s per run) when every suite task lives in the suite's include_path;
+- per-task ``num_fewshot`` / ``repeats`` / ``gen_kwargs`` / ``limit`` (the CLI has one global value);
+- every check that can fail (lm-eval version, model path, task names, output dir) runs before
+  the model is loaded, so a typo costs seconds, not GPU time.
+
+Output is written with lm-eval's own ``EvaluationTracker``, exactly as the CLI writes it
+(``<out>/<model_name_sanitized>/results_<ts>.json`` + one ``samples_<task>_<ts>.jsonl`` per leaf
+task), plus ``gatekeeper-manifest.json`` (model file hashes, versions, hardware, timings). The
+run is assembled in a temp dir inside ``<out>`` and renamed into place at the end: a failed run
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gatekeeper import __version__
+from gatekeeper.errors import GateError
+from gatekeeper.files import write_json_atomic
+from gatekeeper.results.layout import MANIFEST_NAME
+from gatekeeper.run import backends, hardware, packages
+from gatekeeper.run import progress as progress_lines
+from gatekeeper.run.backends import BackendPlan
+from gatekeeper.run.shard import Shard, selection
+from gatekeeper.suite import names
+from gatekeeper.suite.names import Produced, RunPlan
+from gatekeeper.suite.suite import Suite
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+# Config and tokenizer files that change what the model computes; hashed with the weights.
+MODEL_FILES = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "vocab.txt",
+    "merges.txt", "chat_template.jinja", "chat_template.json",
+)
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+Log = Callable[[str], Any]
+
+
+@dataclass
+class RunManifest:
+    model: str
+    model_path: str | None
+    revision: str | None
+    model_files: dict[str, str]
+    lm_eval_version: str
+    torch_version: str | None
+    transformers_version: str | None
+    dtype: str
+    batch_size: int | str
+    device: str
+    seeds: dict[str, Any]
+    suite_name: str
+    suite_hash: str
+    suite_path: str
+    tasks: list[dict[str, Any]]
+    limit: int | float | None
+    hardware: dict[str, Any]
+    start: str
+    end: str
+    wall_seconds: float
+    gatekeeper_version: str = __version__
+    # Versions of the locked runtime packages (gatekeeper/packages.py); compare names a difference.
+    package_versions: dict[str, str | None] = field(default_factory=packages.installed_versions)
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    results_file: str | None = None
+    samples_files: dict[str, str] = field(default_factory=dict)
+    # ``run --shard K/N``: which documents this run covers (``shard_manifest``); None when whole.
+    shard: dict[str, Any] | None = None
+    backend: str = "hf"
+    backend_versions: dict[str, str] = field(default_factory=dict)
+    model_args: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] | None = None
+    format: str = "gatekeeper-manifest"
+    version: int = 1
+
+
+@dataclass
+class _Settings:
+    model_args: dict[str, Any]
+    dtype: str
+    batch_size: int | str
+    device: str
+    limit: int | float | None
+    chat_template: bool
+    backend: BackendPlan
+    cache: Path | None = None  # lm-eval's use_cache path (it appends "_rank0.db")
+
+
+def run_suite(
+    suite: Suite,
+    model: str,
+    out_dir: Path,
+    *,
+    revision: str | None = None,
+    device: str | None = None,
+    batch_size: int | str | None = None,
+    dtype: str | None = None,
+    limit: int | float | str | None = None,
+    log: Log = print,
+    preflight: Callable[[RunPlan], Any] | None = None,
+    shard: Shard | None = None,
+    cache_dir: Path | str | None = None,
+) -> Path:
+    """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
+
+    ``cache_dir`` (else ``$GATEKEEPER_CACHE``; default off) keeps lm-eval's request cache, keyed
+    by the model files, the suite hash and the backend arguments: a killed run resumes there.
+
+    Once lm-eval has built the tasks, and before it evaluates anything, every name in the
+    suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
+    ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there).
+    ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards)."""
+    out_dir = Path(out_dir)
+    fresh = not out_dir.exists()
+    try:
+        return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
+                    dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard,
+                    cache_dir=cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None)
+    except BaseException:
+        if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # we made it; a failed run leaves nothing behind
+        raise
+
+
+def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
+         batch_size: Any, dtype: str | None, limit: Any, log: Log,
+         preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None,
+         cache_dir: Path | str | None = None) -> Path:
+    started, t0 = _utc_now(), time.perf_counter()
+    lm_eval_version = check_lm_eval(suite)
+    settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
+    backends.check_available(settings.backend.name, str(suite.path))
+    local = check_model(model)
+    if local is not None:
+        for var in OFFLINE_VARS:  # a local model needs no network; the user's env wins
+            os.environ.setdefault(var, "1")
+    target = out_dir / _sanitize_model_name(model)
+    check_output(out_dir, target)
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars make unreadable CI logs
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as the lm_eval CLI does
+
+    files = hash_model_files(local) if local is not None else {}
+    if cache_dir is not None:
+        settings.cache = request_cache_path(Path(cache_dir), suite, settings, files, model)
+        log(f"request cache: {settings.cache}_rank0.db")
+    with _quiet_output(log, t0):
+        task_manager = _task_manager(suite, settings.model_args)
+        top, leaves, groups = _load_tasks(suite, task_manager)
+        plan = task_plan(leaves, groups, settings.limit)
+        names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
+        if preflight is not None:
+            preflight(plan)
+        picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
+        if settings.backend.local_device:
+            settings.device = _resolve_device(settings.device)
+            log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
+        else:
+            log(f"backend: {settings.backend.name}" + (f" at {settings.backend.args['base_url']}"
+                                                      if settings.backend.served else ""))
+        tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
+    try:
+        with _quiet_output(log, t0):
+            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0,
+                                          shard_docs(picked) if picked is not None else None)
+        ended = _utc_now()
+        manifest = RunManifest(
+            model=model,
+            model_path=str(local.resolve()) if local is not None else None,
+            revision=revision,
+            model_files=files or _hub_files(model, revision),
+            lm_eval_version=lm_eval_version,
+            torch_version=_version("torch"),
+            transformers_version=_version("transformers"),
+            dtype=settings.dtype,
+            batch_size=settings.batch_size,
+            device=settings.device,
+            seeds=dict(suite.seeds),
+            suite_name=suite.name,
+            suite_hash=suite.hash,
+            suite_path=str(suite.path),
+            tasks=[asdict(t) for t in suite.tasks],
+            limit=settings.limit,
+            hardware=hardware.describe(),
+            start=started,
+            end=ended,
+            wall_seconds=round(time.perf_counter() - t0, 3),
+            results_file=results.name,
+            samples_files={t: p.name for t, p in _samples_files(produced, results).items()},
+            shard=picked,
+            backend=settings.backend.name,
+            backend_versions=backends.versions(settings.backend.name),
+            model_args=backends.public_args(settings.backend.args),
+            cache=None if settings.cache is None else {"path": f"{settings.cache}_rank0.db"},
+        )
+        write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
+        try:
+            os.rename(produced, target)
+        except OSError as exc:
+            raise GateError(f"{target}: cannot move the finished run into place ({exc.strerror})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"run complete in {time.perf_counter() - t0:.1f}s: {target}")
+    return target
+
+
+# ----------------------------------------------------------------------------- pre-flight checks
+
+
+def check_lm_eval(suite: Suite) -> str:
+    """The installed lm-eval version, which must equal the suite's pin."""
+    if importlib.util.find_spec("lm_eval") is None:
+        raise GateError("lm-eval is not installed; pip install 'gatekeeper-eval[eval]' (pins lm-eval[hf,api]==0.4.13)")
+    installed = _version("lm_eval") or _version("lm-eval")
+    if installed != suite.lm_eval_version:
+        raise GateError(
+            f"{suite.path}: suite pins lm_eval_version {suite.lm_eval_version!r} but lm-eval "
+            f"{installed} is installed; results from different lm-eval versions are not comparable"
+        )
+    return installed
+
+
+def check_model(model: str) -> Path | None:
+    """A local checkpoint directory (returned) or a plausible hub id (None); else GateError."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise GateError(f"{model}: model directory has no config.json (expected a save_pretrained checkpoint)")
+        return path
+    if path.exists():
+        raise GateError(f"{model}: is a file; --model takes a checkpoint directory or a hub id")
+    looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
+    if looks_like_path or not _HUB_ID.match(model) or ".." in model or "--" in model:
+        raise GateError(f"{model}: model path not found (and not a Hugging Face model id)")
+    return None
+
+
+def check_output(out_dir: Path, target: Path) -> None:
+    """Fail before any work when the run cannot be written."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateError(f"{out_dir}: cannot create output directory ({exc.strerror})") from None
+    if not out_dir.is_dir():
+        raise GateError(f"{out_dir}: output path is not a directory")
+    try:  # os.access lies for root and on some mounts; really create something
+        probe = tempfile.NamedTemporaryFile(dir=out_dir, prefix=".gatekeeper-probe-")
+        probe.close()
+    except OSError as exc:
+        raise GateError(f"{out_dir}: output directory is not writable ({exc.strerror})") from None
+    if target.exists():
+        raise GateError(
+            f"{target}: already holds a run; choose a fresh --out or remove it (runs are never written over)"
+        )
+
+
+def _task_manager(suite: Suite, model_args: dict[str, Any]):
+    from lm_eval.tasks import TaskManager
+
+    names = suite.task_names
+    include = str(suite.include_path) if suite.include_path else None
+    # The CLI merges model_args into task metadata; do the same so configs match CLI output.
+    if include:
+        tm = TaskManager(include_path=include, include_defaults=False, metadata=dict(model_args))
+        if all(n in tm.all_tasks for n in names):
+            return tm
+    tm = TaskManager(include_path=include, include_defaults=True, metadata=dict(model_args))
+    for name in names:
+        if name not in tm.all_tasks:
+            where = "include_path or lm-eval's tasks" if include else "lm-eval's tasks (no include_path)"
+            raise GateError(f"{suite.path}: task {name!r} not found in {where}")
+    return tm
+
+
+def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]], dict[str, list[str]]]:
+    """Top-level Task/Group objects for simple_evaluate, with the suite's per-task overrides
+    applied to every leaf; also {leaf name: (task object, suite TaskSpec)} and
+    {group: direct children} (what lm-eval writes as ``group_subtasks``)."""
+    top: list[Any] = []
+    leaves: dict[str, tuple[Any, Any]] = {}
+    groups: dict[str, list[str]] = {}
+    for spec in suite.tasks:
+        try:
+            loaded = tm.load([spec.name])
+        except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from YAML, datasets, jinja
+            raise GateError(f"{suite.path}: task {spec.name!r} failed to load: {_one_line(exc)}") from None
+        if spec.name in loaded["groups"]:
+            top.append(loaded["groups"][spec.name])
+        elif spec.name in loaded["tasks"]:
+            top.append(loaded["tasks"][spec.name])
+        else:  # a tag: its tasks
+            top.extend(loaded["tasks"].values())
+        for name, task in loaded["tasks"].items():
+            if name in leaves:
+                raise GateError(f"{suite.path}: task {name!r} is part of {spec.name!r} and of another suite task")
+            _apply_overrides(task, spec)
+            leaves[name] = (task, spec)
+        groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
+    return top, leaves, groups
+
+
+def task_plan(leaves: dict[str, tuple[Any, Any]], groups: dict[str, list[str]], cli_limit: Any) -> RunPlan:
+    """What the built tasks will produce, as ``names`` and the gate's pre-run checks need it."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    outputs, versions, n_shot, n_samples = {}, {}, {}, {}
+    for name, (task, spec) in leaves.items():
+        filters = [f.name for f in getattr(task, "_filters", [])] or ["none"]
+        outputs[name] = {(f, metric): _aggregation_name(task, metric, agg)
+                         for metric, agg in task.aggregation().items() for f in filters}
+        versions[name] = task.VERSION
+        n_shot[name] = task.get_config("num_fewshot") or 0
+        original = len(task.eval_docs)
+        lim = cli_limit if cli_limit is not None else spec.limit
+        effective = original if lim is None else min(get_sample_size(task, lim), original)
+        n_samples[name] = {"original": original, "effective": effective}
+    return RunPlan(Produced(outputs, groups), versions, n_shot, n_samples)
+
+
+def _aggregation_name(task: Any, metric: str, agg: Any) -> str:
+    """The registered name of a metric's aggregation, as results/reader.py will read it back."""
+    from lm_eval.api.registry import AGGREGATION_REGISTRY
+
+    for item in task.config.metric_list or []:
+        if isinstance(item, dict) and item.get("metric") == metric and isinstance(item.get("aggregation"), str):
+            return item["aggregation"]
+    for name, fn in AGGREGATION_REGISTRY.items():
+        if fn is agg:
+            return name
+    return f"!function {getattr(agg, '__name__', type(agg).__name__)}"
+
+
+def _apply_overrides(task: Any, spec: Any) -> None:
+    if spec.num_fewshot is not None:
+        task.set_config(key="num_fewshot", value=spec.num_fewshot)
+    if spec.repeats is not None:
+        task.set_config(key="repeats", value=spec.repeats)
+    if spec.gen_kwargs and task.get_config("output_type") == "generate_until":
+        task.set_config(key="generation_kwargs", value=dict(spec.gen_kwargs), update=True)
+
+
+def _settings(suite: Suite, model: str, revision: str | None, device: str | None,
+              batch_size: Any, dtype: str | None, limit: Any) -> _Settings:
+    m = suite.model
+    dtype = dtype or m["dtype"]
+    batch = _batch_size(batch_size if batch_size is not None else m["batch_size"])
+    backend = backends.plan(m, model, dtype=dtype, revision=revision, where=str(suite.path))
+    return _Settings(backend.args, dtype, batch, device or m["device"], _limit(limit),
+                     bool(m["chat_template"]), backend)
+
+
+# ----------------------------------------------------------------------------- request cache
+
+CACHE_ENV = "GATEKEEPER_CACHE"
+# model_args that do not change a response (transport, parallelism): left out of the cache key.
+_CACHE_NEUTRAL = ("pretrained", "timeout", "max_retries", "num_concurrent", "auth_token", "header",
+                  "verify_certificate", "ca_cert_path", "parallelize", "tensor_parallel_size",
+                  "data_parallel_size", "gpu_memory_utilization", "max_batch_size")
+
+
+def request_cache_path(cache_dir: Path, suite: Suite, s: _Settings, files: dict[str, str],
+                       model: str) -> Path:
+    """``<cache_dir>/<suite>-<key>``: the key is the sha256 of the model files' sha256s, the
+    suite hash, the lm-eval version, the backend and the arguments that change a response
+    (dtype, tokenizer, max_length, the endpoint's URL, ...). lm-eval's cache keys a request by
+    its arguments only, so everything that can change the answer must be in the file name."""
+    if not files:
+        raise GateError(f"{model}: --cache needs a local checkpoint directory (its files' sha256 "
+                        "key the cache); run without --cache for a hub id")
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise GateError(f"{cache_dir}: --cache is a file; give a directory")
+    key = {
+        "model_files": files,
+        "suite_hash": suite.hash,
+        "lm_eval": suite.lm_eval_version,
+        "backend": s.backend.name,
+        "model_args": {k: v for k, v in s.backend.args.items() if k not in _CACHE_NEUTRAL},
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateError(f"{cache_dir}: cannot create the cache directory ({exc.strerror})") from None
+    return cache_dir / f"{suite.name}-{digest[:24]}"
+
+
+def _batch_size(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, int) and value >= 1:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"auto(:\d+)?", value):
+        return value
+    raise GateError(f"--batch-size: expected an integer >= 1 or 'auto', got {value!r}")
+
+
+def _limit(value: Any) -> int | float | None:
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise GateError(f"--limit: expected a number, got {value!r}") from None
+    if f <= 0:
+        raise GateError(f"--limit: must be > 0, got {value!r}")
+    return f if f < 1 else int(f)
+
+
+def _resolve_device(requested: str) -> str:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if requested == "auto":
+        return "cuda" if cuda else "cpu"
+    if requested.startswith("cuda"):
+        if not cuda:
+            raise GateError(f"--device {requested}: CUDA is not available here (torch {torch.__version__})")
+        index = int(requested.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise GateError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return requested
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path, log: Log,
+              t0: float, docs: dict[str, list[int]] | None = None) -> tuple[Path, Path]:
+    import lm_eval
+    from lm_eval.evaluator_utils import get_sample_size
+    from lm_eval.loggers import EvaluationTracker
+
+    limit, samples = _limits(leaves, s.limit, get_sample_size) if docs is None else (None, docs)
+    tracker = EvaluationTracker(output_path=str(tmp))
+    seeds = suite.seeds
+    try:
+        with _known_noise(), _progress(s.backend.name, log, t0), _empty_answers() as empty:
+            results = lm_eval.simple_evaluate(
+                model=s.backend.name,
+                model_args=dict(s.model_args),
+                tasks=top,
+                num_fewshot=None,  # per task, already set on the task objects
+                batch_size=s.batch_size,
+                device=s.device if s.backend.local_device else None,  # vLLM, servers: their own
+                limit=limit,
+                samples=samples,
+                log_samples=True,
+                evaluation_tracker=tracker,
+                apply_chat_template=s.chat_template,
+                fewshot_as_multiturn=True if s.chat_template else None,
+                task_manager=tm,
+                random_seed=seeds["random"],
+                numpy_random_seed=seeds["numpy"],
+                torch_random_seed=seeds["torch"],
+                fewshot_random_seed=seeds["fewshot"],
+                use_cache=None if s.cache is None else str(s.cache),
+            )
+    except GateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - surface lm-eval / model failures as one line
+        raise GateError(f"lm-eval failed while evaluating {s.model_args['pretrained']}: {_one_line(exc)}") from None
+    if results is None:
+        raise GateError("lm-eval returned no results (not rank 0?)")
+    if empty.count:
+        raise GateError(f"{s.backend.args.get('base_url', s.backend.name)}: the endpoint answered {empty.count} "
+                        "request(s) with null content, which lm-eval scores as empty text; no verdict on "
+                        "partial answers: check the server's logs and generation limits, then re-run")
+    samples_out = results.pop("samples")
+    # Exactly what lm_eval/_cli/run.py does after simple_evaluate.
+    tracker.save_results_aggregated(results=results, samples=samples_out)
+    for task_name in results["configs"]:
+        tracker.save_results_samples(task_name=task_name, samples=samples_out[task_name])
+    produced = tmp / str(tracker.general_config_tracker.model_name_sanitized)
+    results_file = _verify_output(produced, results)
+    for task in sorted(results["configs"]):
+        n = results.get("n-samples", {}).get(task, {})
+        log(f"[{time.perf_counter() - t0:7.1f}s] {task}: {n.get('effective', '?')}/{n.get('original', '?')} items done")
+    return produced, results_file
+
+
+def _limits(leaves: dict, cli_limit: Any, get_sample_size: Callable) -> tuple[Any, dict | None]:
+    """lm-eval has one global ``limit``; per-task limits go through ``samples`` (first N docs)."""
+    if cli_limit is not None:
+        return cli_limit, None
+    per_task = {name: spec.limit for name, (_, spec) in leaves.items()}
+    distinct = set(per_task.values())
+    if len(distinct) == 1:
+        return distinct.pop(), None
+    samples = {}
+    for name, lim in per_task.items():
+        if lim is None:
+            continue
+        task = leaves[name][0]
+        n = min(get_sample_size(task, lim), len(task.eval_docs))
+        samples[name] = list(range(n))
+    return None, samples
+
+
+# ----------------------------------------------------------------------------- shards (run --shard K/N)
+
+
+def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dict[str, Any]:
+    """Which documents shard K/N evaluates, and what ``gatekeeper merge`` needs to rebuild the
+    whole run: the per-task item counts, the ``limit`` the unsharded run would hand lm-eval, and
+    each group's aggregation (results.json does not record it). Also makes few-shot prompts
+    identical to the unsharded run's (``_replay_fewshot``)."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    sizes = {}
+    for name, (task, spec) in leaves.items():
+        original = len(task.eval_docs)
+        lim = cli_limit if cli_limit is not None else spec.limit
+        sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
+    ranges = selection(sizes, shard)
+    for name, (first, _) in ranges.items():
+        _replay_fewshot(leaves[name][0], first)
+    return {
+        "index": shard.index,
+        "count": shard.count,
+        "docs": {name: list(r) for name, r in sorted(ranges.items())},
+        "items": dict(sorted(sizes.items())),
+        "limit": _limits(leaves, cli_limit, get_sample_size)[0],
+        "groups": _group_aggregations(top),
+    }
+
+
+def shard_docs(picked: dict[str, Any]) -> dict[str, list[int]]:
+    """lm-eval's ``samples`` argument for a shard: sorted document indices per task (lm-eval
+    labels the i-th selected document with ``samples[task][i]``, so they must be sorted)."""
+    return {name: _IndexList(range(first, end)) for name, (first, end) in picked["docs"].items()}
+
+
+class _IndexList(list):
+    """A list whose ``in`` is a set lookup: lm-eval 0.4.13 tests ``i in samples`` for every
+    document of the task, which is quadratic on a plain list of 12k indices."""
+
+    def __init__(self, items: Any) -> None:
+        super().__init__(items)
+        self._set = frozenset(self)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._set
+
+
+def _replay_fewshot(task: Any, first: int) -> None:
+    """lm-eval draws few-shot examples from one seeded RNG, document after document, so the
+    examples for document i depend on the documents before it. A shard starting at ``first``
+    builds (and throws away) the prompts of documents 0..first-1 before its own, so its
+    prompts, and their prompt_hash, equal the unsharded run's."""
+    if first == 0 or not task.get_config("num_fewshot"):
+        return
+    real = task.fewshot_context
+    done = []
+
+    def fewshot_context(doc: Any, *args: Any, **kwargs: Any) -> Any:
+        if not done:
+            done.append(True)
+            docs = task.eval_docs
+            for i in range(first):
+                kw = dict(kwargs)
+                if "gen_prefix" in kw:  # the prefix belongs to the document
+                    kw["gen_prefix"] = task.doc_to_prefix(docs[i])
+                real(docs[i], *args, **kw)
+        return real(doc, *args, **kwargs)
+
+    task.fewshot_context = fewshot_context
+
+
+def _group_aggregations(top: list) -> dict[str, Any]:
+    """{group: {"leaves": [...], "aggregate": [{metric, filter_list, weight_by_size, aggregation}]}}
+    for every group (nested too), as lm-eval's ``Group.aggregate`` will use them."""
+    out: dict[str, Any] = {}
+    groups = [g for g in top if hasattr(g, "get_all_groups")]
+    for group in groups + [sub for g in groups for sub in g.get_all_groups()]:
+        out[group.name] = {
+            "leaves": [t.task_name for t in group.get_all_tasks()],
+            "aggregate": [
+                {"metric": a.metric, "filter_list": a.filter_list, "weight_by_size": bool(a.weight_by_size),
+                 "aggregation": a.aggregation if isinstance(a.aggregation, str)
+                 else f"!function {getattr(a.aggregation, '__name__', '?')}"}
+                for a in group.aggregate_metric_list or []
+            ],
+        }
+    return out
+
+
+def _verify_output(produced: Path, results: dict) -> Path:
+    """lm-eval logs a warning and carries on when it cannot write; we do not."""
+    found = sorted(produced.glob("results_*.json")) if produced.is_dir() else []
+    if len(found) != 1:
+        raise GateError(f"{produced}: lm-eval wrote {len(found)} results file(s), expected 1")
+    try:
+        data = json.loads(found[0].read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise GateError(f"{found[0]}: lm-eval wrote an unreadable results file ({exc})") from None
+    if not isinstance(data, dict) or "results" not in data:
+        raise GateError(f"{found[0]}: lm-eval wrote a results file without 'results'")
+    files = _samples_files(produced, found[0])
+    for task in results["configs"]:
+        path = files.get(task)
+        if path is None:
+            raise GateError(f"{produced}: lm-eval wrote no samples file for task {task!r}")
+        try:
+            with path.open(encoding="utf-8") as fh:
+                n = sum(1 for line in fh if json.loads(line) is not None)
+        except (OSError, ValueError) as exc:
+            raise GateError(f"{path}: lm-eval wrote an unreadable samples file ({exc})") from None
+        if n == 0:
+            raise GateError(f"{path}: lm-eval wrote an empty samples file")
+    return found[0]
+
+
+def _samples_files(produced: Path, results_file: Path) -> dict[str, Path]:
+    stamp = results_file.name[len("results_"):-len(".json")]
+    out = {}
+    for p in produced.glob(f"samples_*_{stamp}.jsonl"):
+        out[p.name[len("samples_"):-len(f"_{stamp}.jsonl")]] = p
+    return out
+
+
+# transformers warns once per process when input_ids contain the pad token and no attention
+# mask is passed. lm-eval's HF backend pads loglikelihood batches on the right and reads the
+# logits of the real tokens only, which a causal model computes without looking right: the
+# warning says nothing about the scores, on every run. Generation passes a mask.
+_ATTENTION_MASK_WARNING = "We strongly recommend passing in an `attention_mask`"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self._prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self._prefix)
+
+
+@contextlib.contextmanager
+def _known_noise() -> Iterator[None]:
+    """Silence the two lines every evaluation printed that say nothing about it: transformers'
+    attention-mask warning (above) and git's "fatal: not a git repository" (lm-eval runs
+    ``git describe`` with our stderr when it records its own commit). Nothing else is hidden:
+    lm-eval's and transformers' other warnings and errors pass as before."""
+    import lm_eval.evaluator as evaluator
+
+    mask_log = logging.getLogger("transformers.modeling_utils")
+    drop = _DropMessage(_ATTENTION_MASK_WARNING)
+    mask_log.addFilter(drop)
+    saved = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = _git_commit_hash
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = saved
+        mask_log.removeFilter(drop)
+
+
+def _git_commit_hash() -> str | None:
+    """lm_eval.loggers.utils.get_git_commit_hash with git's stderr captured, same result."""
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        out = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True,  # noqa: S607
+                             timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        out = None
+    if out is not None and out.returncode == 0:
+        return out.stdout.strip()
+    return get_commit_from_path(os.getcwd())
+
+
+class _CountEmpty(logging.Filter):
+    """Counts lm-eval's "API returned null content" warnings (an answer replaced by "")."""
+
+    count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "API returned null content" in str(record.msg):
+            self.count += 1
+        return True
+
+
+@contextlib.contextmanager
+def _empty_answers() -> Iterator[_CountEmpty]:
+    counter = _CountEmpty()
+    logger = logging.getLogger("lm_eval.models.api_models")
+    logger.addFilter(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeFilter(counter)
+
+
+@contextlib.contextmanager
+def _progress(backend: str, log: Log, t0: float) -> Iterator[None]:
+    """Rate-limited progress lines (progress.py) unless stderr is a terminal (lm-eval's bars)."""
+    if sys.stderr.isatty():
+        yield
+        return
+    from lm_eval.api.registry import get_model
+
+    reporter = progress_lines.Progress(log, t0, progress_lines.interval_from_env())
+    with progress_lines.track(get_model(backend), reporter):
+        yield
+
+
+# Warnings lm-eval gives for every task of a kind, that say nothing about this run.
+_NOISE = ("Custom kwargs can be passed", "SHOULD ONLY BE USED FOR TESTING")
+
+
+class _ProgressHandler(logging.Handler):
+    """Turns lm-eval's INFO chatter into short progress lines; passes warnings through."""
+
+    def __init__(self, log: Log, t0: float) -> None:
+        super().__init__(logging.INFO)
+        self._log, self._t0 = log, t0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 - a logging bug must not kill the run
+            return
+        at = f"[{time.perf_counter() - self._t0:7.1f}s]"
+        if m := re.match(r"Building contexts for (\S+)", msg):
+            self._log(f"{at} {m.group(1)}: building prompts")
+        elif m := re.match(r"Running (\S+) requests", msg):
+            self._log(f"{at} running {m.group(1)} requests")
+        elif m := re.match(r"Cached requests: (\d+), Requests remaining: (\d+)", msg):
+            self._log(f"{at} request cache: {m.group(1)} answered from the cache, {m.group(2)} to run")
+        elif record.levelno >= logging.WARNING and not any(n in msg for n in _NOISE):
+            self._log(f"{at} lm-eval {record.levelname.lower()}: {msg.splitlines()[0] if msg else ''}")
+
+
+class _NoBars(io.TextIOBase):
+    """stderr without tqdm bars: lm-eval passes ``disable=False`` explicitly, so TQDM_DISABLE
+    cannot turn its bars off, and in a CI log every refresh is a new line."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner, self._dropped = inner, False
+
+    def write(self, text: str) -> int:
+        if text.startswith("\r") or (self._dropped and text == "\n"):
+            self._dropped = text.startswith("\r")
+            return len(text)
+        self._dropped = False
+        return self._inner.write(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+
+@contextlib.contextmanager
+def _quiet_output(log: Log, t0: float) -> Iterator[None]:
+    """lm-eval's log lines → short progress lines; no progress bars outside a terminal."""
+    logger = logging.getLogger("lm_eval")
+    handler = _ProgressHandler(log, t0)
+    saved = (logger.level, logger.propagate)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(handler)
+    stderr = sys.stderr
+    if not stderr.isatty():
+        sys.stderr = _NoBars(stderr)
+    try:
+        yield
+    finally:
+        sys.stderr = stderr
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+# ----------------------------------------------------------------------------- manifest helpers
+
+
+def hash_model_files(folder: Path) -> dict[str, str]:
+    """{file name: sha256} for weight, config and tokenizer files at the top of a checkpoint."""
+    out = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and (path.name.endswith(WEIGHT_SUFFIXES) or path.name in MODEL_FILES):
+            out[path.name] = sha256_file(path)
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in out):
+        raise GateError(f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.gguf) in the model directory")
+    return out
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read model file ({exc.strerror})") from None
+    return h.hexdigest()
+
+
+def _hub_files(model: str, revision: str | None) -> dict[str, str]:
+    """Hashes of a hub model's files from the local HF cache, when lm-eval just loaded them."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(model, revision=revision, local_files_only=True))
+        return hash_model_files(folder)
+    except Exception:  # noqa: BLE001 - provenance is best effort for hub ids
+        return {}
+
+
+def _sanitize_model_name(model: str) -> str:
+    # lm_eval.utils.sanitize_model_name, which EvaluationTracker uses for the run folder.
+    return re.sub(r"[\"<>:/|\\?*\[\]]+", "__", model)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

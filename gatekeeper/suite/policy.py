@@ -1,0 +1,157 @@
+"""Gate policy: which (task, filter, metric) gate, their margins, alpha and correction.
+
+A policy comes from ``--policy FILE`` (a YAML file with these keys at the top level or under
+``policy:``; a suite file works too) and from command-line defaults.
+
+    alpha: 0.05
+    correction: holm          # holm | bonferroni | bh | none
+    margin: 0.0               # default margin, in each metric's own units
+    resamples: 10000
+    rounding: 1e-5            # relative differences up to this are float noise, not change
+    test: superiority         # superiority | noninferiority (see README)
+    rules:                    # first match wins; globs allowed in task/filter/metric
+      - {task: arith_mc, metric: acc, margin: 0.03}
+      - {task: "*", metric: acc_norm, gate: false}     # informational only
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.errors import GateError
+from gatekeeper.model import SeriesKey
+
+CORRECTIONS = ("holm", "bonferroni", "bh", "none")
+TESTS = ("superiority", "noninferiority")
+# Per-item differences up to this share of the values' magnitude are floating-point noise:
+# measured 2.6e-7 for the same float32 checkpoint on two CPUs; 40x headroom for other batch
+# sizes and kernels, still far below any real change of a metric.
+DEFAULT_ROUNDING = 1e-5
+MAX_ROUNDING = 1e-3  # a larger floor would hide real changes: refuse it rather than open the gate
+# 1e6 resamples put the Monte Carlo error of a p-value near 0.05 at 0.0002; more only burns CPU
+# (2e8 would run for hours) and memory, so a larger value is a typo, refused up front.
+MAX_RESAMPLES = 1_000_000
+# alpha outside [1e-6, 0.5]: below, no test on a few thousand items can ever reach it (and the
+# power and interval formulas run out of float range); above, a coin flip would fail the gate.
+MIN_ALPHA, MAX_ALPHA = 1e-6, 0.5
+
+
+def alpha_problem(alpha: float) -> str | None:
+    """Why ``alpha`` is refused, or None (shared by the policy file and ``--alpha``)."""
+    if not (math.isfinite(alpha) and MIN_ALPHA <= alpha <= MAX_ALPHA):
+        return f"must be between {MIN_ALPHA:g} and {MAX_ALPHA:g} (default 0.05), got {alpha}"
+    return None
+
+
+def resamples_problem(resamples: int) -> str | None:
+    """Why ``resamples`` is refused, or None (shared by the policy file and ``--resamples``)."""
+    if not 100 <= resamples <= MAX_RESAMPLES:
+        return f"must be between 100 and {MAX_RESAMPLES:,} (default 10,000), got {resamples}"
+    return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    task: str = "*"
+    filter: str = "*"
+    metric: str = "*"
+    margin: float | None = None
+    gate: bool = True
+
+    def matches(self, key: SeriesKey) -> bool:
+        return (
+            fnmatch.fnmatchcase(key.task, self.task)
+            and fnmatch.fnmatchcase(key.filter, self.filter)
+            and fnmatch.fnmatchcase(key.metric, self.metric)
+        )
+
+
+@dataclass
+class Policy:
+    alpha: float = 0.05
+    correction: str = "holm"
+    margin: float = 0.0
+    resamples: int = 10000
+    rules: list[Rule] = field(default_factory=list)
+    rounding: float = DEFAULT_ROUNDING
+    test: str = "superiority"
+
+    def lookup(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> tuple[float, bool]:
+        """(margin, gated) for one series: the first matching rule, else the defaults.
+
+        ``parents`` are the groups the task belongs to: a rule written for a group
+        (``task: mmlu``) applies to its subtasks when no rule names the subtask itself.
+        """
+        for name in (key.task, *parents):
+            probe = SeriesKey(name, key.filter, key.metric)
+            for rule in self.rules:
+                if rule.task != "*" and rule.matches(probe):
+                    return (self.margin if rule.margin is None else rule.margin), rule.gate
+        for rule in self.rules:
+            if rule.task == "*" and rule.matches(key):
+                return (self.margin if rule.margin is None else rule.margin), rule.gate
+        return self.margin, True
+
+    def validate(self, where: str = "policy") -> None:
+        if alpha_problem(self.alpha):
+            raise GateError(f"{where}: alpha {alpha_problem(self.alpha)}")
+        if self.correction not in CORRECTIONS:
+            raise GateError(
+                f"{where}: correction must be one of {', '.join(CORRECTIONS)}, got {self.correction!r}"
+            )
+        # NaN compares False with everything: a NaN margin would make "drop > margin" never
+        # true and silently switch the gate off, so only finite margins >= 0 pass.
+        margins = [self.margin, *(r.margin for r in self.rules if r.margin is not None)]
+        if any(not math.isfinite(m) or m < 0 for m in margins):
+            raise GateError(f"{where}: margins must be finite and >= 0 (they are drops in the metric's units)")
+        if resamples_problem(self.resamples):
+            raise GateError(f"{where}: resamples {resamples_problem(self.resamples)}")
+        if not (math.isfinite(self.rounding) and 0 <= self.rounding <= MAX_ROUNDING):
+            raise GateError(
+                f"{where}: rounding must be between 0 and {MAX_ROUNDING:g} (a relative tolerance; "
+                f"default {DEFAULT_ROUNDING:g}), got {self.rounding}"
+            )
+        if self.test not in TESTS:
+            raise GateError(f"{where}: test must be one of {', '.join(TESTS)}, got {self.test!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "policy") -> Policy:
+        if not isinstance(data, dict):
+            raise GateError(f"{where}: expected a mapping")
+        known = {"alpha", "correction", "margin", "resamples", "rules", "rounding", "test"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise GateError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        rules = []
+        for i, r in enumerate(data.get("rules") or []):
+            if not isinstance(r, dict) or set(r) - {"task", "filter", "metric", "margin", "gate"}:
+                raise GateError(f"{where}: rules[{i}]: expected keys task, filter, metric, margin, gate")
+            try:
+                rules.append(
+                    Rule(
+                        task=str(r.get("task", "*")),
+                        filter=str(r.get("filter", "*")),
+                        metric=str(r.get("metric", "*")),
+                        margin=None if r.get("margin") is None else float(r["margin"]),
+                        gate=bool(r.get("gate", True)),
+                    )
+                )
+            except (TypeError, ValueError) as exc:
+                raise GateError(f"{where}: rules[{i}]: {exc}") from None
+        try:
+            policy = cls(
+                alpha=float(data.get("alpha", 0.05)),
+                correction=str(data.get("correction", "holm")),
+                margin=float(data.get("margin", 0.0)),
+                resamples=int(data.get("resamples", 10000)),
+                rules=rules,
+                rounding=float(data.get("rounding", DEFAULT_ROUNDING)),
+                test=str(data.get("test", "superiority")),
+            )
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: resamples: .inf
+            raise GateError(f"{where}: {exc}") from None
+        policy.validate(where)
+        return policy

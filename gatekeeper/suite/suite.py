@@ -1,0 +1,448 @@
+"""The pinned suite file: validation with line numbers, defaults, canonical hash, policy.
+
+A suite file (``gatekeeper.yaml``) says which lm-eval tasks to run and how, and how to gate the
+result. It is validated against ``schemas/suite.schema.json`` (JSON Schema 2020-12); every
+problem is reported at once, each with its line and path::
+
+    gatekeeper.yaml:14: tasks[2].num_fewshot: expected integer, got 'five'
+
+The suite hash identifies *what is measured*: it is the sha256 of the canonical JSON (sorted
+keys, no whitespace) of the validated, defaults-filled document, minus the settings that only
+decide how results are gated or where files go (``policy``, ``baseline``, each task's
+``metrics`` and ``cluster``, ``model.device`` and ``model.batch_size``). Tuning a margin must not
+invalidate a recorded baseline; changing ``num_fewshot`` must.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gatekeeper.errors import GateError
+from gatekeeper.suite.policy import DEFAULT_ROUNDING, Policy, Rule
+from gatekeeper.yamlsafe import YAMLLimitError, line_of, load_yaml_bounded, path_str, read_bounded
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "suite.schema.json"
+
+MODEL_DEFAULTS: dict[str, Any] = {
+    "backend": "hf",
+    "dtype": "auto",
+    "batch_size": 1,
+    "device": "auto",
+    "chat_template": False,
+    "max_length": None,
+    "trust_remote_code": False,
+    # Backend keys (see backends.py). None/False = not set: left out of the suite hash below,
+    # so suites written before these keys existed keep their hash (and their baselines).
+    "model_args": None,
+    "tokenizer": None,
+    "max_model_len": None,
+    "tensor_parallel_size": None,
+    "data_parallel_size": None,
+    "gpu_memory_utilization": None,
+    "parallelize": False,
+    "base_url": None,
+    "num_concurrent": None,
+}
+# lm-eval's own CLI defaults (``--seed 0,1234,1234,1234``), so a suite without seeds matches it.
+SEED_DEFAULTS: dict[str, Any] = {"random": 0, "numpy": 1234, "torch": 1234, "fewshot": 1234}
+POLICY_DEFAULTS: dict[str, Any] = {
+    "alpha": 0.05,
+    "correction": "holm",
+    "margin": 0.0,
+    "resamples": 10000,
+    "rounding": DEFAULT_ROUNDING,
+    "test": "superiority",
+    "rules": [],
+}
+TASK_DEFAULTS: dict[str, Any] = {
+    "num_fewshot": None,
+    "limit": None,
+    "gen_kwargs": None,
+    "repeats": None,
+    "cluster": None,
+    "metrics": None,
+}
+METRIC_DEFAULTS: dict[str, Any] = {"filter": "*", "margin": None, "gate": True}
+RULE_DEFAULTS: dict[str, Any] = {"task": "*", "filter": "*", "metric": "*", "margin": None, "gate": True}
+
+# Settings that decide gating or file locations, not what lm-eval measures (see module doc).
+_UNHASHED_TOP = ("policy", "baseline")
+_UNHASHED_TASK = ("metrics", "cluster")
+# Where and how fast the model runs, not what it computes: devices, parallelism, memory, the
+# endpoint's address and concurrency. backend, tokenizer, max_model_len and model_args change
+# the scores (another engine's kernels, another tokenizer, truncation): they are hashed.
+_UNHASHED_MODEL = ("device", "batch_size", "tensor_parallel_size", "data_parallel_size",
+                   "gpu_memory_utilization", "parallelize", "base_url", "num_concurrent")
+# Hashed only when set (a suite that omits them hashes as before they existed).
+_HASHED_WHEN_SET = ("model_args", "tokenizer", "max_model_len")
+# model_args keys that only decide transport (timeouts, retries, TLS, credentials).
+_UNHASHED_MODEL_ARGS = ("timeout", "max_retries", "num_concurrent", "base_url", "verify_certificate",
+                        "ca_cert_path", "auth_token", "header", "parallelize", "gpu_memory_utilization",
+                        "tensor_parallel_size", "data_parallel_size", "max_batch_size")
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    num_fewshot: int | None = None
+    limit: int | float | None = None
+    gen_kwargs: dict | None = None
+    repeats: int | None = None
+    cluster: str | None = None
+    metrics: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    lm_eval_version: str
+    include_path: Path | None
+    baseline_path: Path
+    model: dict
+    seeds: dict
+    policy: Policy
+    tasks: list[TaskSpec]
+    hash: str
+
+    def cluster_keys(self) -> dict[str, str]:
+        """{task: doc field} for tasks whose items are grouped (shared passage, subject)."""
+        return {t.name: t.cluster for t in self.tasks if t.cluster}
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read, validate and default-fill a suite file; GateError lists every problem."""
+    path = Path(path)
+    return load_suite_text(_read(path), path)
+
+
+def load_suite_text(text: str, path: str | Path) -> Suite:
+    """A suite from its text, as if it were the file at ``path`` (relative paths resolve
+    against ``path``'s folder): how the action reads the suite of a pull request's base commit."""
+    path = Path(path)
+    data, root = _parse(text, path)
+    found = sorted(set(_schema_errors(data, root) + _semantic_errors(data, root, path)))
+    if found:
+        raise GateError("\n".join(_fmt(path, line, where, msg) for line, where, msg in found))
+    doc = fill_defaults(data)
+    return _build(doc, path)
+
+
+def suite_hash(data: dict) -> str:
+    """sha256 (hex) of the canonical JSON of the measurement-defining part of ``data``.
+
+    ``data`` is a validated suite document; defaults are filled here too, so a file that spells
+    out a default and one that omits it hash the same.
+    """
+    doc = fill_defaults(data)
+    for key in _UNHASHED_TOP:
+        doc.pop(key, None)
+    _model_for_hash(doc["model"])
+    for task in doc["tasks"]:
+        for key in _UNHASHED_TASK:
+            task.pop(key, None)
+    return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
+
+
+def _model_for_hash(m: dict) -> None:
+    for key in _UNHASHED_MODEL:
+        m.pop(key, None)
+    if isinstance(m.get("model_args"), dict):
+        m["model_args"] = {k: v for k, v in m["model_args"].items() if k not in _UNHASHED_MODEL_ARGS}
+    for key in _HASHED_WHEN_SET:
+        if m.get(key) in (None, {}):
+            m.pop(key, None)
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8 kept: equal documents give equal strings."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def fill_defaults(data: dict) -> dict:
+    """A deep copy of a validated document with every optional key present."""
+    doc = copy.deepcopy(data)
+    doc.setdefault("include_path", None)
+    if doc.get("baseline") is None:
+        doc["baseline"] = f".gatekeeper/baselines/{doc['name']}.json.gz"
+    doc["model"] = {**MODEL_DEFAULTS, **(doc.get("model") or {})}
+    doc["seeds"] = {**SEED_DEFAULTS, **(doc.get("seeds") or {})}
+    policy = {**POLICY_DEFAULTS, **(doc.get("policy") or {})}
+    policy["rules"] = [{**RULE_DEFAULTS, **r} for r in policy.get("rules") or []]
+    doc["policy"] = policy
+    tasks = []
+    for task in doc["tasks"]:
+        t = {**TASK_DEFAULTS, **task}
+        if t["metrics"] is not None:
+            t["metrics"] = [{**METRIC_DEFAULTS, **m} for m in t["metrics"]]
+        tasks.append(t)
+    doc["tasks"] = tasks
+    return doc
+
+
+# ----------------------------------------------------------------------------- policy files
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy file, or the policy of a suite file."""
+    return read_policy_file(path)[0]
+
+
+def read_policy_file(path: str | Path) -> tuple[Policy, Suite | None]:
+    """The policy in a policy file or a suite file, and the ``Suite`` when it is one (else None)."""
+    path = Path(path)
+    try:
+        text = read_bounded(path)
+        data, _ = load_yaml_bounded(text)
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read policy file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise GateError(f"{path}: not valid UTF-8 text") from None
+    except YAMLLimitError as exc:  # too large, an alias bomb or deep nesting: refused before any walk
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise GateError(f"{path}{line}: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark else ""
+        raise GateError(f"{path}: not valid YAML{at}") from None
+    if isinstance(data, dict) and "tasks" in data:
+        suite = load_suite(path)
+        return suite.policy, suite
+    if isinstance(data, dict) and "policy" in data:
+        data = data["policy"]
+    return Policy.from_dict(data or {}, where=str(path)), None
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _read(path: Path) -> str:
+    try:
+        return read_bounded(path)
+    except FileNotFoundError:
+        raise GateError(f"{path}: suite file not found") from None
+    except YAMLLimitError as exc:
+        raise GateError(f"{path}: {exc.problem}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GateError(f"{path}: cannot read suite file ({exc})") from None
+
+
+def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
+    try:
+        data, root = load_yaml_bounded(text)
+    except YAMLLimitError as exc:
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise GateError(f"{path}{line}: {exc.problem}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise GateError(f"{path}{line}: not valid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise GateError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:  # the limits above stop this first; kept so no input can traceback
+        raise GateError(f"{path}: nested too deeply to read; a suite needs only a few levels") from None
+    if data is None:
+        raise GateError(f"{path}: empty suite file; expected a mapping with name, lm_eval_version, tasks")
+    if not isinstance(data, dict):
+        raise GateError(f"{path}:1: expected a mapping at the top level, got {_type_name(data)}")
+    return data, root
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _schema_errors(data: Any, root: yaml.Node | None) -> list[tuple[int, str, str]]:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(_schema())
+    found: list[tuple[int, str, str]] = []
+    for err in validator.iter_errors(data):
+        found.extend(_describe(err, root))
+    found.extend(_duplicate_keys(root))
+    return found
+
+
+def _semantic_errors(data: dict, root: yaml.Node | None, path: Path) -> list[tuple[int, str, str]]:
+    errors: list[tuple[int, str, str]] = []
+    seen: dict[str, int] = {}
+    tasks = data.get("tasks") if isinstance(data.get("tasks"), list) else []
+    for i, task in enumerate(tasks):
+        if not isinstance(task, dict) or not isinstance(task.get("name"), str):
+            continue  # the schema reports it
+        where = ("tasks", i, "name")
+        if task["name"] in seen:
+            errors.append((line_of(root, where), path_str(where),
+                           f"task {task['name']!r} is listed twice (first as tasks[{seen[task['name']]}])"))
+        seen.setdefault(task["name"], i)
+    include = data.get("include_path")
+    if isinstance(include, str) and include and not (path.parent / include).is_dir():
+        errors.append((line_of(root, ("include_path",)), "include_path",
+                       f"directory {include!r} not found (relative to {path.parent})"))
+    return errors
+
+
+def _build(doc: dict, path: Path) -> Suite:
+    base = path.parent.resolve()
+    tasks = [
+        TaskSpec(
+            name=t["name"],
+            num_fewshot=None if t["num_fewshot"] is None else int(t["num_fewshot"]),
+            limit=_limit(t["limit"]),
+            gen_kwargs=t["gen_kwargs"],
+            repeats=None if t["repeats"] is None else int(t["repeats"]),
+            cluster=t["cluster"],
+            metrics=list(t["metrics"] or []),
+        )
+        for t in doc["tasks"]
+    ]
+    return Suite(
+        name=doc["name"],
+        path=path,
+        lm_eval_version=doc["lm_eval_version"],
+        include_path=None if doc["include_path"] is None else (base / doc["include_path"]).resolve(),
+        baseline_path=(base / doc["baseline"]).resolve(),
+        model=doc["model"],
+        seeds=doc["seeds"],
+        policy=_policy(doc, path),
+        tasks=tasks,
+        hash=suite_hash(doc),
+    )
+
+
+def _limit(value: Any) -> int | float | None:
+    if value is None:
+        return None
+    # 5.0 is an integer to JSON Schema; keep lm-eval's meaning (>= 1 is a count).
+    return int(value) if float(value) >= 1 else float(value)
+
+
+def _policy(doc: dict, path: Path) -> Policy:
+    """Task metric rules first (first match wins), each listing task closed by an inform rule."""
+    rules: list[Rule] = []
+    for t in doc["tasks"]:
+        if not t["metrics"]:
+            continue
+        for m in t["metrics"]:
+            rules.append(Rule(task=t["name"], filter=m["filter"], metric=m["metric"],
+                              margin=None if m["margin"] is None else float(m["margin"]),
+                              gate=bool(m["gate"])))
+        rules.append(Rule(task=t["name"], gate=False))
+    p = doc["policy"]
+    for r in p["rules"]:
+        rules.append(Rule(task=r["task"], filter=r["filter"], metric=r["metric"],
+                          margin=None if r["margin"] is None else float(r["margin"]),
+                          gate=bool(r["gate"])))
+    policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], margin=float(p["margin"]),
+                    resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
+                    test=p["test"])
+    policy.validate(f"{path}: policy")
+    return policy
+
+
+# ----------------------------------------------------------------------------- error text
+
+_JSON_TYPES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "string",
+    "integer": "integer",
+    "number": "number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def _describe(err: Any, root: yaml.Node | None) -> list[tuple[int, str, str]]:
+    """One jsonschema error → [(line, path, message)]; unknown keys give one entry each."""
+    where = tuple(err.absolute_path)
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    v, inst = err.validator, err.instance
+    if v == "additionalProperties" and isinstance(inst, dict):
+        known = sorted(schema.get("properties", {}))
+        out = []
+        for key in sorted(set(inst) - set(known), key=str):
+            hint = difflib.get_close_matches(str(key), known, n=1)
+            tip = f"; did you mean {hint[0]!r}?" if hint else f" (known: {', '.join(known)})"
+            out.append((line_of(root, (*where, key), key_line=True), path_str((*where, key)),
+                        f"unknown key{tip}"))
+        return out
+    if v == "required":
+        missing = [k for k in err.validator_value if k not in inst]
+        return [(line_of(root, where), path_str(where), f"missing required key {k!r}") for k in missing]
+    if "x-expected" in schema and v in ("anyOf", "oneOf", "pattern", "type", "minLength"):
+        msg = f"expected {schema['x-expected']}, got {_show(inst)}"
+    elif v == "type":
+        types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        msg = f"expected {' or '.join(_JSON_TYPES.get(t, t) for t in types)}, got {_show(inst)}"
+    elif v == "enum":
+        msg = f"expected one of {', '.join(map(repr, err.validator_value))}, got {_show(inst)}"
+    elif v == "const":
+        msg = f"expected {err.validator_value!r}, got {_show(inst)}"
+    elif v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
+        msg = f"must be {op} {err.validator_value}, got {_show(inst)}"
+    elif v == "minItems":
+        msg = f"must list at least {err.validator_value} item(s)"
+    elif v == "minLength":
+        msg = "must not be empty"
+    elif v == "pattern":
+        msg = f"{_show(inst)} does not match {err.validator_value}"
+    else:
+        msg = err.message
+    return [(line_of(root, where), path_str(where), msg)]
+
+
+def _duplicate_keys(root: yaml.Node | None, where: tuple = ()) -> list[tuple[int, str, str]]:
+    """YAML silently keeps the last of two equal keys; a suite is too important for that."""
+    out: list[tuple[int, str, str]] = []
+    if isinstance(root, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in root.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else str(key)
+            if name in seen:
+                out.append((key.start_mark.line + 1, path_str((*where, name)), "duplicate key"))
+            seen.add(name)
+            out.extend(_duplicate_keys(value, (*where, name)))
+    elif isinstance(root, yaml.SequenceNode):
+        for i, item in enumerate(root.value):
+            out.extend(_duplicate_keys(item, (*where, i)))
+    return out
+
+
+def _fmt(path: Path, line: int, where: str, msg: str) -> str:
+    return f"{path}:{line}: {where}: {msg}" if where else f"{path}:{line}: {msg}"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return _show(value) if isinstance(value, (dict, list)) else type(value).__name__
