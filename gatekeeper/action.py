@@ -236,7 +236,7 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
     regressions = [
         f"{c.key}: {report.fmt_num(c.test.baseline)} → {report.fmt_num(c.test.candidate)} "
         f"(Δ {c.test.delta:+.4g}, margin {c.margin:g}, adjusted p {report.fmt_p(c.p_adjusted)})"
-        for c in outcome.regressions
+        for c in outcome.failures
     ]
     return Evaluation(
         code=outcome.exit_code,

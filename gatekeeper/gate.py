@@ -28,13 +28,14 @@ from typing import Any
 
 from gatekeeper import report
 from gatekeeper.baseline import store
-from gatekeeper.compare.compare import Outcome, attach_snippets, compare_runs, merge_repeats
+from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
     check_repeats,
     check_run_matches_suite,
     check_suite_hash,
 )
+from gatekeeper.compare.outcome import Outcome
 from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults
 from gatekeeper.results.reader import load_run

@@ -591,8 +591,8 @@ def test_real_gate_pr_is_gated_with_the_base_commits_baseline_and_policy(tmp_pat
     ws, base = _demo_repo(tmp_path)
     suite = ws / "examples/gatekeeper.yaml"
     text = suite.read_text()
-    assert "{metric: acc, filter: none, margin: 0.05}" in text
-    suite.write_text(text.replace("{metric: acc, filter: none, margin: 0.05}", "{metric: acc, filter: none, margin: 0.5}"))
+    assert "{metric: acc, filter: none, margin: 0.02}" in text
+    suite.write_text(text.replace("{metric: acc, filter: none, margin: 0.02}", "{metric: acc, filter: none, margin: 0.5}"))
     (ws / "examples/.gatekeeper/baselines/demo.json.gz").write_bytes(b"not even gzip")  # its own baseline
     commit(ws, "head: loosen the capitals margin past the regression; break the baseline", "examples")
     payload = json.loads(json.dumps(pr_event()).replace(BASE, base))
@@ -602,8 +602,8 @@ def test_real_gate_pr_is_gated_with_the_base_commits_baseline_and_policy(tmp_pat
     (body,) = gh.comment_bodies(12)
     plain = body.replace("\\", "")
     assert f"policy from the base commit {base[:7]}" in plain and "This PR edits the baseline" in plain
-    assert "- demo_capitals_mc / none / acc: loosened (margin 0.05 → margin 0.5)" in plain.splitlines()
-    assert re.search(r"\| demo_capitals_mc \| acc ↑ .*\| 0\.0500 \| .*regressed", plain)
+    assert "- demo_capitals_mc / none / acc: loosened (margin 0.02 → margin 0.5)" in plain.splitlines()
+    assert re.search(r"\| demo_capitals_mc \| acc ↑ .*\| 0\.0200 \| .*regressed", plain)
 
 
 @pytest.mark.lmeval

@@ -120,6 +120,6 @@ def test_compare_takes_policy_from_the_demo_suite(tmp_path):
     data = json.loads(out.read_text())
     assert data["suite"] == "demo"
     rows = {(r["task"], r["metric"], r["filter"]): r for r in data["comparisons"]}
-    assert rows[("demo_capitals_mc", "acc", "none")]["margin"] == 0.05  # from the group rule demo_mc
+    assert rows[("demo_capitals_mc", "acc", "none")]["margin"] == 0.02  # from the group rule demo_mc
     assert rows[("demo_capitals_mc", "acc_norm", "none")]["gated"] is False
-    assert rows[("demo_synth_ppl", "word_perplexity", "none")]["margin"] == 0.5
+    assert rows[("demo_synth_ppl", "word_perplexity", "none")]["margin"] == 0.1

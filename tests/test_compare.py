@@ -60,7 +60,7 @@ def test_significant_drop_within_margin_does_not_fail():
     cand = _flip(base, right[:80])  # 2 points worse, very significant with no noise
     out = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", cand)), Policy(margin=0.05))
     assert out.verdict == "pass"
-    assert out.comparisons[0].verdict in ("unchanged", "inconclusive")
+    assert out.comparisons[0].verdict == "worse_within_margin"  # said, not a failure
 
 
 def test_lower_is_better_direction():
@@ -397,7 +397,7 @@ def test_mde_includes_the_margin_and_the_correction():
 
 def test_an_undefined_interval_is_inconclusive_not_unchanged():
     """Fail closed: an interval that could not be computed (NaN) rules nothing out."""
-    from gatekeeper.compare.compare import _verdict
+    from gatekeeper.compare.verdict import _verdict
 
     nan = float("nan")
     assert _verdict(0.0, (nan, nan), 0.0, 1.0, 0.05, False) == "inconclusive"

@@ -75,9 +75,9 @@ def base_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 
 
 @pytest.mark.parametrize("edit, needle", [
-    (("{metric: acc, filter: none, margin: 0.05}", "{metric: accuracy, filter: none, margin: 0.05}"),
+    (("{metric: acc, filter: none, margin: 0.02}", "{metric: accuracy, filter: none, margin: 0.02}"),
      "metric 'accuracy' matches no metric of the 2 tasks of 'demo_mc' in the tasks lm-eval built; did you mean 'acc'?"),
-    (("{metric: word_perplexity, filter: none, margin: 0.5}", "{metric: word_perplexity, filter: nnone, margin: 0.5}"),
+    (("{metric: word_perplexity, filter: none, margin: 0.1}", "{metric: word_perplexity, filter: nnone, margin: 0.1}"),
      "filter 'nnone' matches no filter of metric 'word_perplexity' of task 'demo_synth_ppl'"),
     (("resamples: 10000", "resamples: 10000\n  rules:\n    - {task: demo_arith_gne, metric: exact_match}"),
      "policy.rules[0]: task 'demo_arith_gne' matches no task or group"),
@@ -98,8 +98,8 @@ def test_gate_refuses_a_name_typo_before_evaluating(tmp_path, edit, needle):
 
 
 def test_run_refuses_a_metric_typo_too(tmp_path):
-    suite = demo_copy(tmp_path / "ex", ("{metric: exact_match, filter: strict-match, margin: 0.05}",
-                                        "{metric: exact_match, filter: strict_match, margin: 0.05}"))
+    suite = demo_copy(tmp_path / "ex", ("{metric: exact_match, filter: strict-match, margin: 0.02}",
+                                        "{metric: exact_match, filter: strict_match, margin: 0.02}"))
     proc = gk("run", "--suite", suite, "--model", BASE, "--out", tmp_path / "run", cwd=tmp_path)
     assert proc.returncode == 2
     assert "tasks[1].metrics[0]: filter 'strict_match'" in proc.stderr and "did you mean 'strict-match'?" in proc.stderr
@@ -239,3 +239,18 @@ def test_the_plan_before_the_run_is_what_the_run_produced(base_run):
     assert plan.versions == {t: prov.task_versions[t] for t in plan.versions}
     assert plan.n_shot == {t: prov.n_shot[t] for t in plan.n_shot}
     assert plan.n_samples == {t: prov.n_samples[t] for t in plan.n_samples}
+
+
+def test_a_dtype_override_makes_the_run_foreign_to_the_suite(tmp_path):
+    """`run --dtype float64` on a suite that pins float32 measures something else: gating that run
+    (or storing it as the baseline) is refused naming the dtype, never compared as context."""
+    proc = gk("run", "--suite", EXAMPLES / "gatekeeper.yaml", "--model", BASE, "--dtype", "float64",
+              "--out", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [run_dir] = (tmp_path / "out").iterdir()
+    proc = gk("gate", "--suite", EXAMPLES / "gatekeeper.yaml", "--run", run_dir, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "dtype float64 in the candidate (a command-line override), the suite pins float32" in proc.stderr
+    suite = demo_copy(tmp_path / "ex")
+    proc = gk("baseline", "promote", run_dir, "--suite", suite, cwd=tmp_path)
+    assert proc.returncode == 2 and "dtype float64 in the run" in proc.stderr

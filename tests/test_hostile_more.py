@@ -178,8 +178,8 @@ def test_ordinary_anchors_still_work() -> None:
     assert "x-margin" in text  # refused as an unknown key, not as a bomb
     with pytest.raises(GateError, match=r"x-margin: unknown key"):
         load_suite_text(text, DEMO_SUITE)
-    small = DEMO_SUITE.read_text().replace("margin: 0.05}     #", "margin: &m 0.05}     #", 1)
-    small = small.replace("{metric: exact_match, filter: strict-match, margin: 0.05}",
+    small = DEMO_SUITE.read_text().replace("margin: 0.02}     #", "margin: &m 0.02}     #", 1)
+    small = small.replace("{metric: exact_match, filter: strict-match, margin: 0.02}",
                           "{metric: exact_match, filter: strict-match, margin: *m}")
     assert "*m" in small
     assert load_suite_text(small, DEMO_SUITE).hash == load_suite(DEMO_SUITE).hash

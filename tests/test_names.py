@@ -53,8 +53,8 @@ def test_the_demo_suite_matches_its_tasks():
 
 
 def test_metric_typo_names_file_line_and_did_you_mean(tmp_path):
-    suite, lines = _suite(tmp_path, "{metric: acc, filter: none, margin: 0.05}",
-                          "{metric: accuracy, filter: none, margin: 0.05}")
+    suite, lines = _suite(tmp_path, "{metric: acc, filter: none, margin: 0.02}",
+                          "{metric: accuracy, filter: none, margin: 0.02}")
     [msg] = _problems(suite)
     line = next(i for i, ln in enumerate(lines, 1) if "accuracy" in ln)
     assert msg.startswith(f"{tmp_path / 'gatekeeper.yaml'}:{line}: tasks[0].metrics[0]: metric 'accuracy'")
@@ -62,16 +62,16 @@ def test_metric_typo_names_file_line_and_did_you_mean(tmp_path):
 
 
 def test_filter_typo_is_an_error_too(tmp_path):
-    suite, _ = _suite(tmp_path, "{metric: word_perplexity, filter: none, margin: 0.5}",
-                      "{metric: word_perplexity, filter: nnone, margin: 0.5}")
+    suite, _ = _suite(tmp_path, "{metric: word_perplexity, filter: none, margin: 0.1}",
+                      "{metric: word_perplexity, filter: nnone, margin: 0.1}")
     [msg] = _problems(suite)
     assert "tasks[2].metrics[0]: filter 'nnone'" in msg and "did you mean 'none'?" in msg
 
 
 def test_filter_of_another_metric_does_not_count(tmp_path):
     # strict-match exists in the task, but not for word_perplexity's task: pairs, not names, match.
-    suite, _ = _suite(tmp_path, "{metric: word_perplexity, filter: none, margin: 0.5}",
-                      "{metric: word_perplexity, filter: strict-match, margin: 0.5}")
+    suite, _ = _suite(tmp_path, "{metric: word_perplexity, filter: none, margin: 0.1}",
+                      "{metric: word_perplexity, filter: strict-match, margin: 0.1}")
     [msg] = _problems(suite)
     assert "filter 'strict-match'" in msg
 

@@ -134,7 +134,7 @@ def test_markdown_explains_the_noninferiority_rule():
     base = np.zeros(200)
     base[:100] = 1
     out = compare_runs(run(series("t", "acc", base)), run(series("t", "acc", base.copy())),
-                       Policy(margin=0.02, test="noninferiority"))
+                       Policy(margin=0.02, test="inferiority"))
     md = report.render_markdown(out)
     assert "significantly larger than the margin" in md
-    assert report.to_json(out)["policy"]["test"] == "noninferiority"
+    assert report.to_json(out)["policy"]["test"] == "inferiority"

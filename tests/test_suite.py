@@ -223,11 +223,12 @@ def test_policy_rounding_and_test_mode_defaults_and_values(tmp_path: Path) -> No
     assert (policy.rounding, policy.test) == (1e-5, "superiority")
     text = GOOD.replace("  margin: 0.01\n", "  margin: 0.01\n  rounding: 0.0\n  test: noninferiority\n")
     policy = load_suite(_write(tmp_path, text)).policy
-    assert (policy.rounding, policy.test) == (0.0, "noninferiority")
+    assert (policy.rounding, policy.test) == (0.0, "inferiority")  # the old spelling, renamed
+    assert "deprecated" in policy.warnings[0] and "non-inferiority" in policy.warnings[0]
     # a plain policy file takes the same keys
     pol = tmp_path / "policy.yaml"
     pol.write_text("rounding: 2e-6\ntest: noninferiority\n")
-    assert (load_policy(pol).rounding, load_policy(pol).test) == (2e-6, "noninferiority")
+    assert (load_policy(pol).rounding, load_policy(pol).test) == (2e-6, "inferiority")
 
 
 @pytest.mark.parametrize(
@@ -252,7 +253,7 @@ def test_policy_rounding_and_test_are_validated_with_lines(tmp_path: Path, line:
     [
         ("rounding: 0.01\n", r"policy\.yaml: rounding must be between 0 and 0\.001 .*got 0\.01"),
         ("rounding: .nan\n", r"policy\.yaml: rounding must be between 0 and 0\.001"),
-        ("test: superior\n", r"policy\.yaml: test must be one of superiority, noninferiority, got 'superior'"),
+        ("test: superior\n", r"policy\.yaml: test must be one of superiority, inferiority, non-inferiority, got 'superior'"),
     ],
 )
 def test_policy_file_rounding_and_test_errors_name_the_file(tmp_path: Path, text: str, pattern: str) -> None:

@@ -1,87 +1,25 @@
 """Pair two runs, test every (task, filter, metric), correct for multiplicity, decide.
 
-Pure: takes ``RunResults`` in, gives an ``Outcome`` out. The only I/O is ``attach_snippets``,
-which reads the text of the few items the report shows, after the statistics.
+Pure: takes ``RunResults`` in, gives an ``Outcome`` (``outcome.py``) out; the rule that turns
+one test into a verdict is ``verdict.py``. The only I/O is ``attach_snippets``, which reads the
+text of the few items the report shows, after the statistics.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
-from statistics import NormalDist
+from dataclasses import replace
 
 import numpy as np
 
 from gatekeeper.compare import stats
-from gatekeeper.compare.compat import Difference, check_compatible, pair_series
-from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
+from gatekeeper.compare.compat import check_compatible, pair_series
+from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Outcome
+from gatekeeper.compare.verdict import Tested, decide, resolution_warnings
 from gatekeeper.errors import GateError
-from gatekeeper.model import RunResults, SeriesKey
+from gatekeeper.model import MetricSeries, RunResults
 from gatekeeper.results import snippets
 from gatekeeper.results.metrics import kind_named
 from gatekeeper.suite.policy import Policy
-
-POWER = 0.8
-
-
-@dataclass
-class Comparison:
-    """The outcome for one (task, filter, metric).
-
-    ``level`` is the one-sided level the decision tested this comparison at (alpha split by the
-    multiplicity correction: ``p`` < ``level`` exactly when ``p_adjusted`` < alpha), and
-    ``interval`` the two-sided interval for delta at confidence 1 - 2 * level: its drop-side
-    end is the one-sided bound the decision agrees with. ``rounded``: items whose difference
-    was within the rounding floor and counted as none.
-    """
-
-    key: SeriesKey
-    gated: bool
-    margin: float
-    higher_is_better: bool
-    test: stats.PairedTest
-    p_adjusted: float | None  # None when informational
-    verdict: str
-    mde: float
-    right_to_wrong: list[int] = field(default_factory=list)
-    level: float = 0.05
-    interval: tuple[float, float] = (0.0, 0.0)
-    p_value: float | None = None  # the p-value the decision used (noninferiority: vs the margin)
-    rounded: int = 0
-    within_rounding: bool = False  # the aggregate moved by no more than rounding
-
-    @property
-    def drop(self) -> float:
-        """How much worse the candidate is, in metric units (negative: it got better)."""
-        return -self.test.delta if self.higher_is_better else self.test.delta
-
-    @property
-    def drop_bounds(self) -> tuple[float, float]:
-        """(lower, upper) bound on the drop from ``interval``."""
-        lo, hi = self.interval
-        return (-hi, -lo) if self.higher_is_better else (lo, hi)
-
-
-@dataclass
-class Outcome:
-    verdict: str  # "pass" | "fail"
-    comparisons: list[Comparison]
-    regressions: list[Comparison]
-    differences: list[Difference]
-    warnings: list[str]
-    baseline: RunResults
-    candidate: RunResults
-    policy: Policy
-    suite: str | None = None
-    notes: list[str] = field(default_factory=list)  # how the inputs were read (newest of 3 runs, ...)
-
-    @property
-    def inconclusive(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.gated and c.verdict == "inconclusive"]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.verdict == "fail" else 0
 
 
 def merge_repeats(runs: list[RunResults]) -> RunResults:
@@ -135,154 +73,12 @@ def _parents(run: RunResults, task: str) -> tuple[str, ...]:
     return tuple(sorted(g for g, subs in run.group_subtasks.items() if task in subs))
 
 
-# Float slack for "beyond the margin": a drop of exactly 10 items of 200 against a margin of 0.05
-# computes as 0.05000000000000002 about half the time (measured: 46%), so without it rounding
-# decides whether a drop at the margin fails.
-MARGIN_SLACK = 1e-9
-
-
-def _verdict(drop: float, bounds: tuple[float, float], margin: float, p: float, alpha: float,
-             within_rounding: bool, scale: float = 1.0) -> str:
-    """Work in "drop" units (positive = candidate worse), whatever the metric's direction.
-
-    ``bounds`` is the interval on the drop at the level the decision used (see
-    ``_decision_interval``), so the label and the interval shown agree: regressed needs the
-    test to reject (adjusted p < alpha) and the interval's lower end above 0; an interval whose
-    lower end is above the margin is always regressed. ``scale``: the scores' magnitude, for
-    the float slack of "beyond the margin".
-    """
-    low, high = bounds
-    beyond = margin + MARGIN_SLACK * max(scale, margin) + 1e-12
-    if within_rounding:
-        return "unchanged"  # the aggregate moved by no more than floating-point noise
-    if p < alpha and low > 0 and (drop > beyond or low > beyond):
-        return "regressed"
-    if high < 0:
-        return "improved"  # the whole interval is on the better side
-    if high > beyond or not math.isfinite(high):
-        return "inconclusive"  # a drop larger than the margin is not ruled out (NaN: nothing is)
-    return "unchanged"
-
-
-def _decision_interval(test: stats.PairedTest, hib: bool, level: float, rejected: bool,
-                       null_drop: float) -> tuple[float, float]:
-    """The interval for delta at confidence 1 - 2 * level, made to agree with the test.
-
-    The test (permutation / McNemar) and the interval (bootstrap / Newcombe) are different
-    procedures; at the boundary one can reject what the other does not. When the test did not
-    reject the null drop (0, or the margin in noninferiority mode), the null is kept inside the
-    interval's drop-side end: the union of two valid confidence sets is still valid (wider),
-    and the decision's error rate stays the test's own (allowing "either" instead measured a
-    suite false-alarm rate of 0.07 at alpha 0.05).
-    """
-    lo, hi = test.interval_at(1 - 2 * level)
-    drop_low = -hi if hib else lo
-    if not rejected and drop_low > null_drop:
-        drop_low = null_drop
-    return (lo, -drop_low) if hib else (drop_low, hi)
-
-
-def _mde(test: stats.PairedTest, margin: float, alpha: float, aggregation: str = "mean",
-         binary: bool = False, shifted: bool = False) -> float:
-    """Smallest true drop this rule flags with 80% power (margin and multiplicity included).
-
-    McNemar: exact, by summing over the binomial counts (``stats.mcnemar.mde``): the share of
-    items that flipped either way is the harmless flip rate, and a true drop d adds d
-    right-to-wrong flips on top. With no flips at all it is the drop that takes a handful of
-    items to reach significance. Other tests, normal approximation: the bootstrap's spread for
-    the estimate, the permutation spread plus the d^2 a shift adds per unit for the test.
-    NaN when no item differed on a non-0/1 metric: the data say nothing about the spread of
-    a real change.
-    """
-    n = test.n
-    if test.counts is not None and shifted:  # Newcombe inverted at the margin: Wald-like spread
-        pi = (test.counts[1] + test.counts[2]) / n
-
-        def spread(d: float) -> float:
-            return math.sqrt(max(0.0, pi + d - d * d) / n)
-
-        return stats.mde_for_rule(margin, alpha, spread, spread, POWER, shifted=True)
-    if test.counts is not None:
-        return mcnemar_mde(n, (test.counts[1] + test.counts[2]) / n, margin, alpha, POWER)
-    if test.identical or test.se == 0:
-        return math.nan
-    m = test.units
-    if shifted:  # the bootstrap tests against the margin: its own spread is the test's
-        test = replace(test, se_null=test.se)
-    # A perplexity is exp(mean loss): a drop d multiplies it by (ppl + d) / ppl, and its
-    # spread with it (measured: the rule's power fell to 0.73 without this at d = 12% of ppl).
-    level = abs(test.baseline) if aggregation in ("weighted_perplexity", "perplexity") else math.inf
-    if not level > 0:
-        level = math.inf
-    # Right/wrong items tested by clusters: as for McNemar, a true drop d adds d flipped items
-    # per item, independent noise of variance d / n on top of the observed (clustered) spread
-    # (measured: power 0.73 at the MDE without it, 0.87 scaling the whole spread instead).
-    extra = (1.0 / test.n) if binary else 0.0
-
-    def grow(d: float) -> float:
-        return 1.0 + d / level
-
-    return stats.mde_for_rule(
-        margin, alpha,
-        se_null=lambda d: math.sqrt(test.se_null**2 + d * extra + d * d / m) * grow(d),
-        se_alt=lambda d: math.sqrt(test.se**2 + d * extra) * grow(d),
-        power=POWER,
-        shifted=shifted,
-    )
-
-
-def _resolution_warnings(c: Comparison, alpha: float) -> list[str]:
-    """Warn when the margin is below what the items can resolve: below one item (0/1 metrics),
-    or below the smallest drop that can be significant at all (z * the test's null spread), in
-    which case the test, not the margin, decides what fails. Margin 0 is a deliberate "any
-    significant drop" and is not warned about."""
-    t = c.test
-    if not c.gated or c.margin <= 0 or c.verdict == "regressed":  # a clear regression had power
-        return []
-    if t.counts is not None and c.margin < 1 / t.n:
-        return [
-            f"{c.key}: margin {c.margin:.4g} is below one item (1/{t.n} = {1 / t.n:.4g}): any single "
-            "right-to-wrong item exceeds it; set a margin of a few items or more"
-        ]
-    critical = NormalDist().inv_cdf(1 - alpha) * t.se_null
-    if critical > c.margin:
-        return [
-            f"{c.key}: margin {c.margin:.4g} is below what {t.units} items can resolve: only a drop "
-            f"above {critical:.4g} can be significant (mde {c.mde:.4g}); add items or widen the margin"
-        ]
-    return []
-
-
-@dataclass
-class _Tested:
-    """One series after its paired test, before the correction across the suite."""
-
-    key: SeriesKey
-    gated: bool
-    margin: float
-    higher_is_better: bool
-    test: stats.PairedTest
-    p: float  # the p-value the decision uses (noninferiority: against the margin)
-    rounded: int
-    aggregation: str
-    binary: bool
-    right_to_wrong: list[int]
-
-
-def _decide(t: _Tested, p_adjusted: float | None, level: float, per_alpha: float, policy: Policy) -> Comparison:
-    """Verdict, the interval it agrees with, and the MDE for one tested series."""
-    test = t.test
-    decision_p = p_adjusted if p_adjusted is not None else t.p
-    noninferiority = policy.test == "noninferiority"
-    interval = _decision_interval(test, t.higher_is_better, level, decision_p < policy.alpha,
-                                  t.margin if noninferiority else 0.0)
-    floor = stats.within_floor(test.delta, test.baseline, test.candidate, policy.rounding)
-    c = Comparison(t.key, t.gated, t.margin, t.higher_is_better, test, p_adjusted, "", math.nan,
-                   t.right_to_wrong, level, interval, t.p, t.rounded, floor)
-    c.verdict = _verdict(c.drop, c.drop_bounds, t.margin, decision_p, policy.alpha, floor,
-                         max(abs(test.baseline), abs(test.candidate)))
-    c.mde = _mde(test, t.margin, per_alpha, t.aggregation, t.binary, noninferiority)
-    return c
+def _real_candidate(test: stats.PairedTest, series: MetricSeries, cand: np.ndarray) -> stats.PairedTest:
+    """The test as run on snapped values, reporting the candidate's real aggregate: the report
+    promises lm-eval's value of the candidate's samples, not the one after rounding-level items
+    were set to the baseline's."""
+    value = kind_named(series.kind).aggregate(series.aggregation, cand)
+    return replace(test, candidate=value, delta=value - test.baseline)
 
 
 def _binary_pair(base: np.ndarray, cand: np.ndarray) -> bool:
@@ -335,18 +131,18 @@ def compare_runs(
 
     _refuse_gated_untestable(candidate, policy)
     warnings: list[str] = []
-    tested: list[_Tested] = []
+    tested: list[Tested] = []
     for key in sorted(baseline.series, key=str):
         b_series, c_series = baseline.series[key], candidate.series[key]
         base, cand, clusters = pair_series(b_series, c_series, where=f"task {key.task} ({key.metric},{key.filter})")
         margin, gated = policy.lookup(key, _parents(candidate, key.task))
-        cand, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
+        snapped, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
         try:
             test = stats.paired_test(
                 b_series.kind,
                 b_series.aggregation,
                 base,
-                cand,
+                snapped,
                 higher_is_better=b_series.higher_is_better,
                 clusters=clusters,
                 confidence=1 - policy.alpha,
@@ -357,35 +153,42 @@ def compare_runs(
             src = f"{baseline.provenance.source} vs {candidate.provenance.source}"
             raise GateError(f"{src}: {key}: {exc}") from None
         warnings.extend(f"{key}: {w}" for w in test.warnings)
+        if rounded:
+            test = _real_candidate(test, b_series, cand)
         hib = b_series.higher_is_better
-        # noninferiority: H0 "the drop is at most the margin"; superiority: H0 "no drop".
-        p = test.p_drop_above(margin, hib) if policy.test == "noninferiority" else test.p_worse
-        tested.append(_Tested(key, gated, margin, hib, test, p, rounded, b_series.aggregation,
-                              _binary_pair(base, cand), _right_to_wrong(base, cand, b_series.doc_ids, hib)))
+        floor = stats.aggregate_within_floor(b_series.kind, base, cand, test.delta, test.baseline,
+                                             test.candidate, policy.rounding)
+        tested.append(Tested(key, gated, margin, hib, test, _decision_p(test, margin, hib, policy), rounded,
+                             b_series.aggregation, _binary_pair(base, snapped),
+                             _right_to_wrong(base, snapped, b_series.doc_ids, hib), floor))
 
     gated_idx = [i for i, t in enumerate(tested) if t.gated]
+    correction = _correction(policy)
     raw = np.array([tested[i].p for i in gated_idx])
-    adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, policy.correction).tolist(), strict=True))
-    levels = dict(zip(gated_idx, stats.decision_levels(raw, policy.correction, policy.alpha).tolist(), strict=True))
+    adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
+    levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
     # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
-    per_alpha = policy.alpha / max(1, len(gated_idx)) if policy.correction != "none" else policy.alpha
+    per_alpha = policy.alpha / max(1, len(gated_idx)) if correction != "none" else policy.alpha
 
-    comparisons = [_decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
+    comparisons = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
                    for i, t in enumerate(tested)]
     for c in comparisons:
-        warnings.extend(_resolution_warnings(c, per_alpha))
+        warnings.extend(resolution_warnings(c, per_alpha, policy.test))
     notes_rounding = [
         f"{c.key}: {c.rounded} of {c.test.n} items differed only by rounding "
         f"(<= {policy.rounding:g} relative) and count as unchanged"
         for c in comparisons if c.rounded
     ]
 
-    regressions = [c for c in comparisons if c.gated and c.verdict == "regressed"]
+    regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
+    failing = regressions + ([c for c in comparisons if c.gated and c.verdict == INCONCLUSIVE]
+                             if policy.test == "non-inferiority" else [])
     if not gated_idx:
         warnings.append("no comparison is gated: the policy marks every metric informational")
+    warnings = list(policy.warnings) + warnings
     context = [d for d in differences if d.severity != "error"]
     return Outcome(
-        verdict="fail" if regressions else "pass",
+        verdict="fail" if failing else "pass",
         comparisons=comparisons,
         regressions=regressions,
         differences=context,
@@ -398,3 +201,21 @@ def compare_runs(
         + notes_rounding + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
             candidate.untestable.items(), key=lambda kv: str(kv[0]))],
     )
+
+
+def _decision_p(test: stats.PairedTest, margin: float, hib: bool, policy: Policy) -> float:
+    """The p-value each rule decides with: superiority, H0 "no drop"; inferiority, H0 "the drop
+    is at most the margin"; non-inferiority, H0 "the drop is at least the margin"."""
+    if policy.test == "inferiority":
+        return test.p_drop_above(margin, hib)
+    if policy.test == "non-inferiority":
+        return test.p_drop_below(margin, hib)
+    return test.p_worse
+
+
+def _correction(policy: Policy) -> str:
+    """The textbook non-inferiority gate passes only when *every* gated metric is shown within
+    its margin: an intersection-union test, whose chance of passing a candidate that is worse
+    than a margin on any one metric is at most alpha with each metric tested at alpha (Berger,
+    1982). A correction would only make passing harder, so none is applied."""
+    return "none" if policy.test == "non-inferiority" else policy.correction

@@ -191,6 +191,11 @@ def _run_differences(run: RunResults, suite: Suite, side: str) -> list[str]:
     if not _same_number(prov.limit, expected):
         out.append(f"limit {prov.limit} in {side}, {expected} in the suite")
     out += _chat_template_difference(prov.chat_template_sha, suite, side)
+    ran_dtype = man.get("dtype")
+    if isinstance(ran_dtype, str) and ran_dtype != str(suite.model.get("dtype")):
+        # `run --dtype` overrides what the suite pins (dtype is hashed): another measurement
+        out.append(f"dtype {ran_dtype} in {side} (a command-line override), the suite pins "
+                   f"{suite.model.get('dtype')}")
     ran_with = man.get("suite_hash") or prov.suite_hash
     if ran_with and ran_with != suite.hash and not out:
         out.append(f"suite hash {ran_with[:12]} in {side}, {suite.hash[:12]} in the suite "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gatekeeper.compare.compare import Outcome
+from gatekeeper.compare.outcome import Outcome
 from gatekeeper.report.numbers import signed
 
-ICON = {"regressed": "❌", "improved": "🟢", "unchanged": "✅", "inconclusive": "⚠️"}
+ICON = {"regressed": "❌", "improved": "🟢", "unchanged": "✅", "inconclusive": "⚠️", "worse_within_margin": "🟡"}
 
 
 @dataclass
@@ -27,19 +27,26 @@ def headline(outcome: Outcome, ctx: ReportContext | None = None) -> str:
     if ctx.baseline_ref or ctx.candidate_ref:
         refs = f" ({ctx.baseline_ref or 'baseline'} → {ctx.candidate_ref or 'candidate'})"
     if outcome.regressions:
-        # One line whatever the task names hold: the headline is printed to the job log, where
-        # a line starting with "::" would be read as a workflow command.
-        worst = ", ".join(
-            " ".join(f"{c.key.task} {c.key.metric}".split()) + f" {signed(c.test.delta)}"
-            for c in outcome.regressions[:3]
-        )
-        more = "…" if len(outcome.regressions) > 3 else ""
         n = len(outcome.regressions)
-        return f"gatekeeper {suite}: {n} regression{'s' if n != 1 else ''}{refs}: {worst}{more}"
+        return f"gatekeeper {suite}: {n} regression{'s' if n != 1 else ''}{refs}: {_named(outcome.regressions)}"
+    if outcome.failures:  # non-inferiority: not shown to be within the margin
+        n = len(outcome.failures)
+        return (f"gatekeeper {suite}: {n} of {len(gated)} gated not shown within the margin "
+                f"(non-inferiority){refs}: {_named(outcome.failures)}")
+    worse = f"; {len(outcome.worse)} worse within the margin: {_named(outcome.worse)}" if outcome.worse else ""
     if outcome.inconclusive:
         n = len(outcome.inconclusive)
         return (
             f"gatekeeper {suite}: passed, {n} inconclusive of {len(gated)} gated{refs}: "
-            "a drop beyond the margin is not ruled out"
+            f"a drop beyond the margin is not ruled out{worse}"
         )
-    return f"gatekeeper {suite}: passed, no regression in {len(gated)} gated metrics{refs}"
+    return f"gatekeeper {suite}: passed, no regression in {len(gated)} gated metrics{refs}{worse}"
+
+
+def _named(comparisons: list) -> str:
+    """Up to three comparisons as "task metric delta", on one line whatever the task names hold:
+    the headline is printed to the job log, where a line starting with "::" would be read as a
+    workflow command."""
+    text = ", ".join(" ".join(f"{c.key.task} {c.key.metric}".split()) + f" {signed(c.test.delta)}"
+                     for c in comparisons[:3])
+    return text + ("…" if len(comparisons) > 3 else "")

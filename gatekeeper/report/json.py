@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from gatekeeper import __version__
-from gatekeeper.compare.compare import Comparison, Outcome
+from gatekeeper.compare.outcome import Comparison, Outcome
 from gatekeeper.model import Provenance
 from gatekeeper.report.numbers import finite
 
@@ -94,6 +94,7 @@ def _report_dict(outcome: Outcome) -> dict[str, Any]:
         "verdict": outcome.verdict,
         "regressions": len(outcome.regressions),
         "inconclusive": len(outcome.inconclusive),
+        "worse_within_margin": len(outcome.worse),
         "policy": {
             "alpha": outcome.policy.alpha,
             "correction": outcome.policy.correction,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gatekeeper import __version__
-from gatekeeper.compare.compare import Comparison, Outcome
+from gatekeeper.compare.outcome import Comparison, Outcome, verdict_words
 from gatekeeper.report.headline import ICON, ReportContext, headline
 from gatekeeper.report.numbers import delta_cell, fmt_num, fmt_p
 from gatekeeper.text import escape_untrusted
@@ -26,7 +26,7 @@ def _row(c: Comparison) -> str:
     ci = delta_cell(c)
     arrow = "↑" if c.higher_is_better else "↓"
     p = fmt_p(c.p_adjusted if c.gated else t.p_worse)
-    verdict = f"{ICON.get(c.verdict, '')} {c.verdict}"
+    verdict = f"{ICON.get(c.verdict, '')} {verdict_words(c.verdict)}"
     return (
         f"| {name} | {metric} {arrow} | {fmt_num(t.baseline)} | {fmt_num(t.candidate)} | {ci} | {p} | "
         f"{fmt_num(c.margin)} | {fmt_num(c.mde)} | {verdict} |"
@@ -44,7 +44,18 @@ def _table(rows: list[Comparison]) -> str:
 
 
 def _rule_text(pol: Any, n_gated: int) -> str:
-    if pol.test == "noninferiority":
+    worse = " Worse, within margin = a significant drop no larger than the margin (not a failure)."
+    if pol.test == "non-inferiority":
+        return (
+            f"Non-inferiority: a row passes only when its drop is shown to be below the margin (one-sided "
+            f"p vs. the margin < {pol.alpha:g}, each of the {n_gated} gated metrics at that level: the suite "
+            "passes only if all do, which keeps the chance of passing a worse model at alpha without a "
+            "correction); a row that shows neither is inconclusive and fails. The interval is two-sided at "
+            "1 − 2α, its drop-side upper end the bound that must lie below the margin. Differences within "
+            f"{pol.rounding:g} relative count as rounding, not change. MDE column = the smallest margin "
+            "these items show with 80% power when nothing changed." + worse
+        )
+    if pol.test == "inferiority":
         rule = (f"Regressed = the drop is significantly larger than the margin: one-sided p (vs. the margin) "
                 f"< {pol.alpha:g} after {pol.correction} correction over {n_gated} gated metrics")
     else:
@@ -54,7 +65,7 @@ def _rule_text(pol: Any, n_gated: int) -> str:
         f"{rule}. The interval is two-sided at 1 − 2α′, α′ being the one-sided level that row was tested at "
         "after the correction: regressed rows have its drop-side end past 0, and an end past the margin "
         f"always fails. Differences within {pol.rounding:g} relative count as rounding, not change. "
-        "MDE = smallest true drop this rule flags with 80% power (margin and correction included)."
+        "MDE = smallest true drop this rule flags with 80% power, the margin included." + worse
     )
 
 
@@ -104,7 +115,7 @@ def _groups_section(outcome: Outcome) -> str | None:
 def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_chars: int = 60_000) -> str:
     """The PR comment / job summary body: verdict first, table, folded details, under max_chars."""
     ctx = ctx or ReportContext(suite=outcome.suite)
-    icon = "❌" if outcome.regressions else ("⚠️" if outcome.inconclusive else "✅")
+    icon = "❌" if outcome.failures else ("⚠️" if outcome.inconclusive else "✅")
     head = f"### {icon} {escape_untrusted(headline(outcome, ctx), 400)}"
     gated = [c for c in outcome.comparisons if c.gated]
     info = [c for c in outcome.comparisons if not c.gated]

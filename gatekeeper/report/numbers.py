@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gatekeeper.compare.compare import Comparison
+from gatekeeper.compare.outcome import Comparison
 
 
 def fmt_num(x: float | None, digits: int = 4) -> str:
@@ -35,8 +35,11 @@ def finite(x: float | None) -> float | None:
 def delta_cell(c: Comparison) -> str:
     """Delta and the interval at the level the decision used (what the verdict agrees with).
 
-    When no item changed there is no interval to speak of: say so instead of "[0, 0]"."""
+    When no item changed there is no interval to speak of: say so instead of "[0, 0]"; when
+    the items that changed did so by rounding only, the real (tiny) delta and that."""
     t = c.test
+    if t.identical and c.rounded:
+        return f"{signed(t.delta)} (rounding only)"
     if t.identical:
         return "0 (no item flipped)" if t.counts is not None else "0 (no item changed)"
     lo, hi = c.interval

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatekeeper.compare.compare import Outcome
+from gatekeeper.compare.outcome import Outcome, verdict_words
 from gatekeeper.report.headline import headline
 from gatekeeper.report.numbers import delta_cell, fmt_num, fmt_p
 
@@ -21,7 +21,7 @@ def render_terminal(outcome: Outcome) -> str:
                 fmt_num(t.candidate),
                 delta_cell(c),
                 fmt_p(c.p_adjusted) if c.gated else "–",
-                c.verdict.upper() if c.verdict == "regressed" and c.gated else c.verdict,
+                c.verdict.upper() if c in outcome.failures else verdict_words(c.verdict),
             )
         )
     widths = [max(len(str(r[i])) for r in [cols, *rows]) for i in range(len(cols))]

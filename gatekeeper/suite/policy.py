@@ -8,7 +8,7 @@ A policy comes from ``--policy FILE`` (a YAML file with these keys at the top le
     margin: 0.0               # default margin, in each metric's own units
     resamples: 10000
     rounding: 1e-5            # relative differences up to this are float noise, not change
-    test: superiority         # superiority | noninferiority (see README)
+    test: superiority         # superiority | inferiority | non-inferiority (see README)
     rules:                    # first match wins; globs allowed in task/filter/metric
       - {task: arith_mc, metric: acc, margin: 0.03}
       - {task: "*", metric: acc_norm, gate: false}     # informational only
@@ -25,7 +25,12 @@ from gatekeeper.errors import GateError
 from gatekeeper.model import SeriesKey
 
 CORRECTIONS = ("holm", "bonferroni", "bh", "none")
-TESTS = ("superiority", "noninferiority")
+# superiority: fail on a significant drop beyond the margin (default); inferiority: fail only
+# when the drop is shown to exceed the margin (H0: drop <= margin); non-inferiority (the
+# textbook test): pass only when the drop is shown to be within the margin (H0: drop >= margin).
+TESTS = ("superiority", "inferiority", "non-inferiority")
+# The spelling gatekeeper used for "inferiority" until it was renamed for what it does.
+DEPRECATED_TESTS = {"noninferiority": "inferiority"}
 # Per-item differences up to this share of the values' magnitude are floating-point noise:
 # measured 2.6e-7 for the same float32 checkpoint on two CPUs; 40x headroom for other batch
 # sizes and kernels, still far below any real change of a metric.
@@ -78,6 +83,17 @@ class Policy:
     rules: list[Rule] = field(default_factory=list)
     rounding: float = DEFAULT_ROUNDING
     test: str = "superiority"
+    # Said once per report (deprecated spellings); not part of what the policy decides.
+    warnings: list[str] = field(default_factory=list, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.test in DEPRECATED_TESTS:
+            new = DEPRECATED_TESTS[self.test]
+            self.warnings.append(
+                f"policy test: {self.test} is deprecated and reads as `{new}` (fail only when a drop beyond "
+                "the margin is shown, which is what it always did); for the textbook non-inferiority test "
+                "(pass only when every drop is shown to be within its margin) write `test: non-inferiority`")
+            self.test = new
 
     def lookup(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> tuple[float, bool]:
         """(margin, gated) for one series: the first matching rule, else the defaults.

@@ -115,14 +115,16 @@ def mcnemar(baseline: np.ndarray, candidate: np.ndarray, higher_is_better: bool,
 def _first_flagged(big_n: np.ndarray, n: int, margin: float, alpha: float) -> np.ndarray:
     """For each discordant count N, the fewest right-to-wrong flips b the rule flags: mid-p < alpha
     and (2b - N) / n > margin. Mid-p lies between P(X >= b + 1) and P(X >= b), so the first b
-    with P(X > b) <= alpha (binom.isf) is at most one away; the three candidates are checked."""
-    from scipy.special import bdtrc
-    from scipy.stats import binom
+    with P(X > b) <= alpha is at most one away; ``bdtrik`` (the binomial quantile, continuous in
+    k) puts it within one of its ceiling, so five candidates around it are checked."""
+    from scipy.special import bdtrc, bdtrik  # scipy.special only: scipy.stats costs 0.4 s to import
 
-    # bdtrc wants integer counts (floats are deprecated, and slow through the warning machinery)
-    start = np.maximum(binom.isf(alpha, big_n, 0.5) - 1, 0).astype(np.int64)
+    with np.errstate(all="ignore"):
+        k = bdtrik(1 - alpha, big_n.astype(np.float64), 0.5)
+    start = np.maximum(np.nan_to_num(np.ceil(k), nan=0.0) - 2, 0).astype(np.int64)
     first = np.full(big_n.shape, np.inf)
-    for step in (2, 1, 0):  # from the largest candidate down: the last passing one is the smallest
+    for step in (4, 3, 2, 1, 0):  # from the largest candidate down: the last passing one is the smallest
+        # bdtrc wants integer counts (floats are deprecated, and slow through the warning machinery)
         b = start + step
         midp = 0.5 * (bdtrc(b - 1, big_n, 0.5) + bdtrc(b, big_n, 0.5))
         first = np.where((midp < alpha) & (b <= big_n), b, first)
@@ -130,9 +132,18 @@ def _first_flagged(big_n: np.ndarray, n: int, margin: float, alpha: float) -> np
     return np.maximum(first, by_margin)
 
 
-def power(n: int, flip_rate: float, drop: float, margin: float, alpha: float,
-          _cache: np.ndarray | None = None) -> float:
-    """Exact probability that the gate's McNemar rule flags a true drop ``drop`` on n items.
+def _binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
+    """Binomial(n, p) probabilities of the counts ``k`` (rows: one p each), from log-gamma."""
+    from scipy.special import gammaln, xlog1py, xlogy
+
+    log = (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1))[None, :]
+    return np.exp(log + xlogy(k[None, :], p[:, None]) + xlog1py(n - k[None, :], -p[:, None]))
+
+
+def power(n: int, flip_rate: float, drop: float | np.ndarray, margin: float, alpha: float,
+          _cache: np.ndarray | None = None) -> float | np.ndarray:
+    """Exact probability that the gate's McNemar rule flags a true drop ``drop`` on n items
+    (``drop`` may be an array: one probability each, in one pass).
 
     Items flip either way at ``flip_rate`` in total; a true drop adds ``drop`` right-to-wrong
     flips: N discordant ~ Binomial(n, flip_rate + drop), right-to-wrong among them ~
@@ -141,32 +152,37 @@ def power(n: int, flip_rate: float, drop: float, margin: float, alpha: float,
     discreteness of small counts is in the answer (a normal approximation is off by ~0.05).
     """
     from scipy.special import bdtrc
-    from scipy.stats import binom
 
-    pi = min(1.0, flip_rate + drop)
-    if pi <= 0:
-        return 0.0
-    q = min(1.0, (flip_rate / 2 + drop) / pi)
-    mean, sd = n * pi, math.sqrt(n * pi * (1 - pi))
-    big_n = np.arange(max(1, math.floor(mean - 8 * sd) - 1), min(n, math.ceil(mean + 8 * sd) + 1) + 1)
-    if big_n.size == 0:
-        return 0.0
-    cache = _cache if _cache is not None else np.full(n + 1, np.nan)  # first flagged b, by N
-    todo = big_n[np.isnan(cache[big_n])]
-    if todo.size:
-        cache[todo] = _first_flagged(todo, n, margin, alpha)
-    first = cache[big_n]
-    reach = np.isfinite(first) & (first <= big_n)
-    tail = np.zeros(big_n.size)
-    tail[reach] = bdtrc(first[reach].astype(np.int64) - 1, big_n[reach], q)  # P(B >= first flagged b)
-    return float(min(1.0, np.dot(binom.pmf(big_n, n, pi), tail)))
+    drops = np.atleast_1d(np.asarray(drop, dtype=np.float64))
+    pi = np.minimum(1.0, flip_rate + drops)
+    live = pi > 0
+    q = np.where(live, np.minimum(1.0, (flip_rate / 2 + drops) / np.where(live, pi, 1.0)), 0.0)
+    sd = np.sqrt(n * pi * (1 - pi))
+    low = max(1, math.floor(float(np.min(n * pi - 8 * sd))) - 1)
+    high = min(n, math.ceil(float(np.max(n * pi + 8 * sd))) + 1)
+    out = np.zeros(drops.shape)
+    big_n = np.arange(low, high + 1)
+    if big_n.size and live.any():
+        cache = _cache if _cache is not None else np.full(n + 1, np.nan)  # first flagged b, by N
+        todo = big_n[np.isnan(cache[big_n])]
+        if todo.size:
+            cache[todo] = _first_flagged(todo, n, margin, alpha)
+        first = cache[big_n]
+        reach = np.isfinite(first) & (first <= big_n)
+        tail = np.zeros((drops.size, big_n.size))  # P(B >= first flagged b | N), per drop
+        tail[:, reach] = bdtrc(first[reach].astype(np.int64)[None, :] - 1, big_n[reach][None, :], q[:, None])
+        pmf = _binomial_pmf(big_n.astype(np.float64), n, pi)
+        out = np.where(live, np.minimum(1.0, np.einsum("kn,kn->k", pmf, tail)), 0.0)
+    return out if np.ndim(drop) else float(out[0])
 
 
 def mde(n: int, flip_rate: float, margin: float, alpha: float, target: float = 0.8) -> float:
     """Smallest true drop with ``power`` >= target (bisection; power rises with the drop).
 
     The bracket starts around the normal approximation, so only the binomial counts near the
-    answer are ever evaluated (a bracket from 0 to 1 cost ~130 ms at n = 100,000).
+    answer are ever evaluated (a bracket from 0 to 1 cost ~130 ms at n = 100,000). A grid of 16
+    drops per vectorized ``power`` call measured slower than this (the union of their counts is
+    wider than one drop's): ~1.5 ms per comparison at n = 1,000, once scipy.stats is not imported.
     """
     cache = np.full(n + 1, np.nan)
     top = 1.0 - flip_rate / 2

@@ -6,7 +6,13 @@ import numpy as np
 
 from gatekeeper.compare.stats.itemwise import item_bootstrap, item_permutation
 from gatekeeper.compare.stats.mcnemar import mcnemar
-from gatekeeper.compare.stats.resampling import Units, bootstrap, permutation_test
+from gatekeeper.compare.stats.resampling import (
+    EXACT_MAX_UNITS,
+    Units,
+    bootstrap,
+    bootstrap_t,
+    permutation_test,
+)
 from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.results.metrics import MetricKind, kind_named
 
@@ -19,8 +25,9 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     """Compare a candidate run with a baseline run on the same items (paired row by row).
 
     - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling).
-    - other "mean": sign-flip permutation (exact up to 16 nonzero differences) + paired
-      percentile bootstrap.
+    - other "mean", unclustered: studentized bootstrap (bootstrap-t) of the mean difference,
+      for the p-values and the interval; exact sign-flip permutation when at most 16 items
+      differ (too few for a bootstrap).
     - other kinds with sufficient statistics (ratio, corpus, confusion counts, ...):
       permutation swapping the two runs' values within items, and paired bootstrap, both
       recomputing the aggregate from summed statistics.
@@ -67,6 +74,10 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     units = Units(xb, xc, k.score_fn(aggregation), mean_of_diff=(k.mean_of_diff and labels is None))
 
     ss_perm, ss_boot = np.random.SeedSequence(seed).spawn(2)
+    diff = xc[:, 0] - xb[:, 0]
+    if units.mean_of_diff and np.count_nonzero(diff) > EXACT_MAX_UNITS:
+        return _studentized(diff, b_score, c_score, n, higher_is_better, confidence, n_resamples, ss_boot,
+                            tuple(warnings))
     perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
     exact = perm is not None and perm.exact
     test = "cluster-permutation" if labels is not None else k.test_name(exact)
@@ -79,6 +90,22 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
                       p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
                       warnings=tuple(warnings), se_null=perm.se, draws=boot.draws)
+
+
+def _studentized(diff: np.ndarray, b_score: float, c_score: float, n: int, hib: bool, confidence: float,
+                 n_resamples: int, seed_seq: np.random.SeedSequence, warnings: tuple[str, ...]) -> PairedTest:
+    """Bootstrap-t for a mean of per-item differences: p-values read off the same draws as the
+    interval (p < a exactly when the one-sided level-a bound excludes no change), with the +1
+    correction (Phipson & Smyth 2010)."""
+    boot = bootstrap_t(diff, confidence, n_resamples, seed_seq)
+    draws = boot.draws[np.isfinite(boot.draws)]
+    up, down = np.count_nonzero(draws >= 0), np.count_nonzero(draws <= 0)
+    worse, better = (up, down) if hib else (down, up)
+    b = draws.size
+    return PairedTest(test="bootstrap-t", n=n, n_clusters=None, baseline=b_score, candidate=c_score,
+                      delta=c_score - b_score, ci_low=boot.ci_low, ci_high=boot.ci_high, confidence=confidence,
+                      p_worse=(1 + worse) / (b + 1), p_better=(1 + better) / (b + 1), se=boot.se,
+                      n_resamples=boot.n_resamples, warnings=warnings, se_null=boot.se, draws=boot.draws)
 
 
 def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float) -> PairedTest:

@@ -249,6 +249,39 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
         def finish(sums: np.ndarray) -> np.ndarray:
             return units.score(sums[:, k:]) - units.score(sums[:, :k])
 
+    return percentile_interval(_resampled(x, m, finish, n_resamples, seed_seq), confidence, "e.g. zero counts")
+
+
+def bootstrap_t(diff: np.ndarray, confidence: float, n_resamples: int,
+                seed_seq: np.random.SeedSequence) -> BootstrapResult:
+    """Studentized (bootstrap-t) interval for the mean of paired differences ``diff`` (m,).
+
+    Each resample gives t* = (mean* - mean) / se*, with se* from the resample's own spread; the
+    interval is [mean - q(1-a/2) se, mean - q(a/2) se] (Efron & Tibshirani 1993, ch. 12;
+    Hall 1988). It is second-order accurate where the percentile interval and the sign-flip
+    test are not: on a long-tailed change of 120 items the sign-flip test fails a harmless
+    change 10% of the time at alpha 0.05, the bootstrap-t 7% (tests/test_stats_simulation.py).
+    ``draws`` are mean - t* se, so every other level and the p-values read off them exactly as
+    for the percentile bootstrap."""
+    d = np.asarray(diff, dtype=np.float64)
+    m = d.shape[0]
+    mean = float(d.mean())
+    se = float(d.std(ddof=1)) / np.sqrt(m) if m > 1 else 0.0
+    x = np.column_stack([d, d * d])
+    floor = 1e-12 + 1e-9 * se  # a resample of one repeated value has no spread: t* is large, not inf
+
+    def finish(sums: np.ndarray) -> np.ndarray:
+        mean_star = sums[:, 0] / m
+        var_star = np.maximum(sums[:, 1] - m * mean_star**2, 0.0) / max(m - 1, 1)
+        t_star = (mean_star - mean) / np.maximum(np.sqrt(var_star / m), floor)
+        return mean - t_star * se
+
+    return percentile_interval(_resampled(x, m, finish, n_resamples, seed_seq), confidence, "no spread")
+
+
+def _resampled(x: np.ndarray, m: int, finish: Callable[[np.ndarray], np.ndarray], n_resamples: int,
+               seed_seq: np.random.SeedSequence) -> np.ndarray:
+    """``finish`` of the column sums of ``n_resamples`` bootstrap resamples of the m rows of x."""
     gather, rebuild = _plan_columns(x, m)
     few = _few_distinct_rows(gather, m // 8) if gather.shape[1] and m > 64 else None
     if few is not None:
@@ -270,7 +303,7 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
 
     if draw is not None:
         t_star = map_chunks(draw, chunk_sizes(n_resamples, m), seed_seq)
-    return percentile_interval(t_star, confidence, "e.g. zero counts")
+    return t_star
 
 
 def percentile_interval(t_star: np.ndarray, confidence: float, why: str = "") -> BootstrapResult:

@@ -54,11 +54,15 @@ class PairedTest:
         """Independent units behind the test: clusters when clustered, else items."""
         return self.n_clusters or self.n
 
-    def interval_at(self, confidence: float) -> tuple[float, float]:
-        """Two-sided interval for delta at ``confidence``, by the same method as ``ci_low/high``."""
+    def interval_at(self, confidence: float, *, unflipped_zero: bool = True) -> tuple[float, float]:
+        """Two-sided interval for delta at ``confidence``, by the same method as ``ci_low/high``.
+
+        When no item changed it is (0, 0), a statement about the items; ``unflipped_zero=False``
+        gives Newcombe's interval for right/wrong items even then (ten unchanged items do not
+        bound a real drop at 0.02: what a non-inferiority decision must not assume)."""
         if not 0 < confidence < 1:
             raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-        if self.identical:
+        if self.identical and (unflipped_zero or self.counts is None):
             return (0.0, 0.0)
         if self.counts is not None:
             return newcombe_interval(*self.counts, confidence)
@@ -72,7 +76,7 @@ class PairedTest:
     def p_drop_above(self, margin: float, higher_is_better: bool) -> float:
         """One-sided p-value for H0 "the drop is at most ``margin``" against "it is larger".
 
-        The shifted-null test behind ``policy.test: noninferiority``: it inverts the same
+        The shifted-null test behind ``policy.test: inferiority``: it inverts the same
         interval the report shows (Newcombe for right/wrong items, the bootstrap otherwise), so
         p < a exactly when the one-sided level-a bound on the drop lies above the margin.
         """
@@ -82,25 +86,48 @@ class PairedTest:
             drops = -self.draws if higher_is_better else self.draws
             drops = drops[np.isfinite(drops)]
             return float((1 + np.count_nonzero(drops <= margin)) / (drops.size + 1))
-        return _invert_bound(self, margin, higher_is_better)
+        return _invert_bound(self, margin, higher_is_better, upper=False)
+
+    def p_drop_below(self, margin: float, higher_is_better: bool) -> float:
+        """One-sided p-value for H0 "the drop is at least ``margin``" against "it is smaller":
+        the textbook non-inferiority test (``policy.test: non-inferiority``). p < a exactly when
+        the one-sided level-a upper bound on the drop lies below the margin.
+
+        Right/wrong items use Newcombe's interval even when no item flipped: ten unchanged
+        items do not show that a real drop is below 0.02 (``interval_at`` would say (0, 0))."""
+        if self.counts is None and self.identical:
+            return 0.0 if margin > 0 else 1.0  # no item changed: the drop is 0 on these items
+        if self.counts is None and self.draws is not None:
+            drops = -self.draws if higher_is_better else self.draws
+            drops = drops[np.isfinite(drops)]
+            return float((1 + np.count_nonzero(drops >= margin)) / (drops.size + 1))
+        return _invert_bound(self, margin, higher_is_better, upper=True)
+
+    def drop_upper(self, confidence: float, higher_is_better: bool) -> float:
+        """The one-sided ``confidence`` upper bound on the drop (Newcombe for right/wrong items,
+        also when none flipped; the bootstrap otherwise)."""
+        lo, hi = self.interval_at(2 * confidence - 1, unflipped_zero=False)
+        return -lo if higher_is_better else hi
 
 
-def _invert_bound(test: PairedTest, margin: float, higher_is_better: bool) -> float:
-    """The one-sided level a at which the lower bound on the drop equals ``margin`` (bisection on
-    the closed-form interval: ~50 evaluations, each a few float operations)."""
+def _invert_bound(test: PairedTest, margin: float, higher_is_better: bool, *, upper: bool) -> float:
+    """The one-sided level a at which the lower (``upper``: upper) bound on the drop equals
+    ``margin`` (bisection on the closed-form interval: ~50 evaluations of a few float operations)."""
 
-    def drop_low(a: float) -> float:
-        lo, hi = test.interval_at(1 - 2 * a)
-        return -hi if higher_is_better else lo
+    def beyond(a: float) -> bool:  # the bound at one-sided level a is past the margin (rejects H0)
+        lo, hi = test.interval_at(1 - 2 * a, unflipped_zero=False)
+        if upper:
+            return (-lo if higher_is_better else hi) < margin
+        return (-hi if higher_is_better else lo) > margin
 
     lo_a, hi_a = 1e-12, 0.5 - 1e-12
-    if drop_low(hi_a) <= margin:  # the point estimate itself is within the margin
+    if not beyond(hi_a):  # not even the point estimate is past the margin
         return 1.0
-    if drop_low(lo_a) > margin:
+    if beyond(lo_a):
         return lo_a
     for _ in range(60):
         mid = 0.5 * (lo_a + hi_a)
-        if drop_low(mid) > margin:
+        if beyond(mid):
             hi_a = mid
         else:
             lo_a = mid
