@@ -19,19 +19,26 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gatekeeper import report
+from gatekeeper.baseline import gitbase
+from gatekeeper.baseline.prbase import BaseTree, base_tree, pr_base_sha
 from gatekeeper.errors import GateError
 from gatekeeper.files import atomic_write_bytes
+from gatekeeper.gate import compare_paths, promote_run, run_gate
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
+from gatekeeper.report import ReportContext
+from gatekeeper.run import runner
+from gatekeeper.run.environment import scrub_ci_secrets
+from gatekeeper.suite.suite import Suite, load_suite
 from gatekeeper.text import escape_untrusted
 
-# The stages (suite, gate, report, baseline) are imported where a command needs them: a refused
-# fork or a bad input is answered before numpy, scipy and lm-eval are loaded.
+# The action always gates: its stages are imported up front (torch and lm-eval stay lazy, in
+# run/), unlike the CLI, whose --help must not pay for numpy and scipy.
 
 COMMANDS = ("gate", "run", "compare", "promote")
 # Events whose GITHUB_SHA (the checkout) is the default branch's latest commit, not the PR's code.
@@ -47,7 +54,7 @@ DEFAULTS = {
     "model": "",
     "baseline": "",
     "command": "gate",
-    "github-token": "",
+    "github-token": "",  # read once by main() and scrubbed from the environment: never held in Inputs
     "comment": "auto",
     "fail-on": "regression",
     "allow-forks": "false",
@@ -114,6 +121,7 @@ class Evaluation:
     run_dir: Path | None = None
     suite: Any = None
     summary: str | None = None  # the job summary's report, when longer than the comment allows
+    trusted: bool = False  # evaluated on the trusted default branch's own suite and baseline
 
     @property
     def summary_markdown(self) -> str:
@@ -129,6 +137,8 @@ class Job:
     repo: str
     run_url: str | None
     notes: list[str] = field(default_factory=list)  # publishing problems, for the summary
+    written: list[Path] = field(default_factory=list)  # files and folders this run made in the workspace
+    measured_at: str | None = None  # the commit whose suite and baseline were used, when not the checkout
 
     def warn(self, message: str) -> None:
         self.console.annotate("warning", message, title="gatekeeper")
@@ -217,10 +227,10 @@ def _head_problem(job: Job, head: events.PrHead, client: GitHubClient | None) ->
     return "", ""
 
 
-def _report_ctx(job: Job, suite_name: str | None):
-    from gatekeeper.report import ReportContext
-
-    base = job.event.base_sha
+def _report_ctx(job: Job, suite_name: str | None) -> ReportContext:
+    # The baseline's commit only when it came from a base commit: a push's `before` is not where
+    # the checked-out baseline was recorded, so "(before → after)" would mislead.
+    base = job.measured_at
     return ReportContext(
         suite=suite_name,
         baseline_ref=base[:7] if base else None,
@@ -230,8 +240,6 @@ def _report_ctx(job: Job, suite_name: str | None):
 
 
 def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: dict | None) -> Evaluation:
-    from gatekeeper import report
-
     ctx = _report_ctx(job, suite.name if suite else outcome.suite)
     regressions = [
         f"{c.key}: {report.fmt_num(c.test.baseline)} → {report.fmt_num(c.test.candidate)} "
@@ -253,33 +261,62 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
     )
 
 
-# -- pull requests: baseline and policy from the base commit (gatekeeper/baseline/prbase.py) -----------
+# -- which checkout may define the measurement ---------------------------------------------
 
 
-@contextmanager
-def pr_base(job: Job, inputs: Inputs, suite) -> Iterator[Any]:
-    """On any event carrying a pull request (its code is checked out), the base commit's
-    baseline and policy; None on other events, which use the checked-out baseline."""
-    if job.event.pull_request is None:
-        if job.event.name in events.PR_EVENTS:  # never fall back to the PR's own baseline
-            raise GateError(f"event: a {job.event.name} event without its pull_request object; cannot tell "
+@dataclass(frozen=True)
+class Checkout:
+    """Whether the checked-out tree is the trusted default branch. When it is not, ``base`` is
+    the commit whose suite, tasks and baseline define the measurement (the checkout supplies the
+    model only) and ``why`` names the run in messages."""
+
+    trusted: bool
+    base: str | None = None
+    why: str = ""
+
+
+# Events whose checkout is the default branch by GitHub's design (GITHUB_SHA: its latest commit).
+DEFAULT_BRANCH_BY_DESIGN = ("schedule", "workflow_run", "issue_comment", "check_run", "check_suite")
+
+
+def decide_checkout(job: Job) -> Checkout:
+    """Trusted only when the event runs on the default branch **and** the working tree is
+    checked out at the event's commit (``HEAD == GITHUB_SHA``): a workflow may check out
+    anything, so the event alone proves nothing. Pull requests are gated against their base
+    commit; anything else that is not trusted (a push to another branch, a comment run that
+    checked out a PR's head) against its merge-base with the default branch."""
+    ev = job.event
+    if ev.name in events.PR_EVENTS or "pull_request" in ev.payload:
+        if ev.pull_request is None:  # never fall back to the PR's own files
+            raise GateError(f"event: a {ev.name} event without its pull_request object; cannot tell "
                             "the base commit to gate against")
-        yield None
-        return
-    from gatekeeper.baseline.prbase import pr_base as read_base
+        return Checkout(False, pr_base_sha(ev.pull_request), "pull request")
+    repo = gitbase.find_repo(job.workspace)
+    head = gitbase.head_commit(repo)
+    sha = gitbase.check_sha(job.env.get("GITHUB_SHA", ""), "GITHUB_SHA")
+    if ev.name in DEFAULT_BRANCH_BY_DESIGN:
+        if head == sha:
+            return Checkout(True)
+        return Checkout(False, gitbase.merge_base(repo, head, sha), f"checkout of {head[:7]}")
+    default = ev.default_branch
+    if not default:
+        raise GateError(f"event: the {ev.name or 'unknown'} event's payload names no repository.default_branch, "
+                        "so gatekeeper cannot tell whether this checkout is the trusted default branch")
+    ref = job.env.get("GITHUB_REF", "")
+    if ref == f"refs/heads/{default}" and head == sha:
+        return Checkout(True)
+    branch = ref.removeprefix("refs/heads/") or head[:7]
+    base = gitbase.merge_base(repo, head, gitbase.branch_commit(repo, default))
+    return Checkout(False, base, f"push to branch {branch}" if ev.name == "push" else f"{ev.name} on {branch}")
 
-    baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
-    with read_base(job.event.pull_request, suite, baseline=baseline, bootstrap=inputs.flag("bootstrap")) as base:
-        yield base
 
-
-def _with_notes(ev: Evaluation, base) -> Evaluation:
+def _with_notes(ev: Evaluation, tree: BaseTree | None) -> Evaluation:
     """The report with the base-commit notes under its headline, where a reviewer reads them."""
-    if base is None or not base.notes:
+    if tree is None or not tree.notes:
         return ev
-    ev.markdown = _under_headline(ev.markdown, base.notes)
+    ev.markdown = _under_headline(ev.markdown, tree.notes)
     if ev.summary is not None:
-        ev.summary = _under_headline(ev.summary, base.notes)
+        ev.summary = _under_headline(ev.summary, tree.notes)
     return ev
 
 
@@ -289,28 +326,34 @@ def _under_headline(markdown: str, notes: list[str]) -> str:
 
 
 def evaluate(job: Job, inputs: Inputs) -> Evaluation:
-    from gatekeeper.suite.suite import load_suite
+    checkout = decide_checkout(job)
+    if checkout.trusted:
+        ev = _evaluate(job, inputs, load_suite(_path(job, inputs["suite"])), None)
+        ev.trusted = True
+        return ev
+    if inputs["command"] == "promote":
+        raise GateError(f"command promote: a {checkout.why} never writes the baseline; promote on the default "
+                        "branch (a push, schedule or workflow_dispatch run of its latest commit)")
+    job.measured_at = checkout.base
+    with base_tree(job.workspace, checkout.base, inputs["suite"], baseline_input=inputs["baseline"] or None,
+                   bootstrap=inputs.flag("bootstrap"), why=checkout.why,
+                   need_baseline=inputs["command"] != "run") as tree:
+        return _with_notes(_evaluate(job, inputs, tree.suite, tree), tree)
 
-    suite = load_suite(_path(job, inputs["suite"]))
-    if inputs["command"] in ("gate", "compare"):
-        with pr_base(job, inputs, suite) as base:
-            return _with_notes(_evaluate(job, inputs, suite, base), base)
-    return _evaluate(job, inputs, suite, None)
 
-
-def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
-    """``base``: a ``prbase.PrBase`` on pull requests, else None."""
+def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> Evaluation:
+    """``base``: the base commit's measurement when the checkout is not trusted, else None."""
     command = inputs["command"]
     # One fresh folder per run: a self-hosted runner reuses its workspace, and the runner
     # refuses to write over an earlier run's files.
     out = _path(job, inputs["out"] or DEFAULTS["out"]) / _run_folder(job)
+    job.written.append(out.parent)
     if command == "promote":
-        from gatekeeper.gate import promote_run
-
         if not inputs["candidate"]:
             raise GateError("command promote: set the candidate input to the run directory to promote")
         run_dir = _path(job, inputs["candidate"])
         written = promote_run(run_dir, suite)
+        job.written.append(written.parent)
         text = f"Promoted {run_dir.name} as the new baseline of suite {suite.name}: {written}"
         return Evaluation(0, "promoted", _notice_md(text), text, run_dir=run_dir, suite=suite)
     if command == "compare":
@@ -320,13 +363,9 @@ def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
     model = events.resolve_model(inputs["model"], job.event, job.workspace)
     with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
         if command == "run":
-            from gatekeeper.run import runner
-
             run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log)
             text = f"Evaluated suite {suite.name}; run written to {run_dir}"
             return Evaluation(0, "ran", _notice_md(text), text, run_dir=run_dir, suite=suite)
-        from gatekeeper.gate import run_gate
-
         baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
         # Recording a first baseline is a maintainer's explicit choice, never a pull request's.
         bootstrap = inputs.flag("bootstrap") and job.event.pr_number is None and base is None
@@ -336,6 +375,7 @@ def _evaluate(job: Job, inputs: Inputs, suite, base) -> Evaluation:
             revision=inputs["revision"] or None, log=log,
         )
     if result.outcome is None:
+        job.written.append((base.baseline if base else baseline or suite.baseline_path).parent)
         notice = result.notice or "No baseline yet."
         return Evaluation(0, "baseline-recorded", _notice_md(notice), notice, report_json=result.report_json,
                           run_dir=result.run_dir, suite=suite)
@@ -353,9 +393,7 @@ def _notice_md(text: str) -> str:
     return f"### ✅ {escape_untrusted(text, 1000)}"
 
 
-def _compare(job: Job, inputs: Inputs, suite, base) -> Evaluation:
-    from gatekeeper.gate import compare_paths
-
+def _compare(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> Evaluation:
     if not inputs["candidate"]:
         raise GateError("command compare: set the candidate input (a run directory or results file)")
     if base is not None:
@@ -478,6 +516,7 @@ def _write_report_json(job: Job, ev: Evaluation) -> str:
     path = base / "gatekeeper-report.json"
     try:
         atomic_write_bytes(path, (json.dumps(ev.report_json, indent=2) + "\n").encode("utf-8"))
+        job.written.append(path.parent if path.parent.name == ".gatekeeper" else path)
     except GateError as err:
         job.warn(f"could not write the JSON report: {err}")
         return ""
@@ -488,12 +527,17 @@ def _write_report_json(job: Job, ev: Evaluation) -> str:
 
 
 def main(env: dict[str, str] | None = None) -> int:
+    env_given = env
     env = dict(os.environ if env is None else env)
     console = ci.Console()
     # Stripped: a secret pasted with a trailing newline would make every call an invalid header.
     token = (env.get("INPUT_GITHUB-TOKEN") or env.get("INPUT_GITHUB_TOKEN") or "").strip()
     if token:
         console.mask(token)  # first thing: nothing printed later can reveal it
+    # The token stays in this function (and the client); task code and lm-eval never see it.
+    if env_given is None:
+        scrub_ci_secrets(os.environ)
+    scrub_ci_secrets(env)
     job = Job(
         env=env,
         # Used when the event file cannot be read: keep the commit, so a push still gets its status.
@@ -545,8 +589,43 @@ def main(env: dict[str, str] | None = None) -> int:
         job.warn(f"publishing failed unexpectedly ({type(err).__name__}: {err}); the verdict stands")
         comment_url = ""
     _write_runner_files(job, _notes_md(job.notes[noted:]), {"comment-url": comment_url}, reserve=0)
+    hand_back(job)
     console.line(f"gatekeeper: {ev.verdict} (exit {code})")
     return code
+
+
+def hand_back(job: Job) -> None:
+    """Give what this run wrote in the workspace to the workspace's owner. The action's container
+    runs as root: root-owned outputs would stop the job's next (non-root) step from writing
+    beside them, and a persistent runner's next checkout from cleaning them. Never through a
+    symlink, never outside the workspace; a failure is a warning."""
+    if os.geteuid() != 0 or not job.written:
+        return
+    try:
+        owner = os.stat(job.workspace)
+    except OSError:
+        return
+    if owner.st_uid == 0:
+        return
+    root = os.path.abspath(job.workspace)
+    for top in dict.fromkeys(job.written):
+        top_path = os.path.abspath(top)
+        if os.path.commonpath([root, top_path]) != root or not os.path.lexists(top_path):
+            continue
+        try:
+            for path in _owned_tree(top_path):
+                os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+        except OSError as err:
+            job.console.annotate("warning", f"could not hand {top} back to uid {owner.st_uid}: {err.strerror or err}",
+                                 title="gatekeeper")
+
+
+def _owned_tree(top: str) -> Iterator[str]:
+    yield top
+    if os.path.isdir(top) and not os.path.islink(top):
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                yield os.path.join(dirpath, name)
 
 
 def _notes_md(notes: list[str]) -> str:
@@ -590,9 +669,11 @@ def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
     try:
         if not inputs.flag("promote-on-green") or ev.outcome is None or ev.run_dir is None:
             return
-        from gatekeeper.gate import promote_run
-
+        if not ev.trusted:  # the base commit's suite gated it: its files are not the branch's to write
+            job.warn("promote-on-green: this checkout is not the default branch's latest commit; not promoted")
+            return
         written = promote_run(ev.run_dir, ev.suite)
+        job.written.append(written.parent)
     except GateError as err:
         job.warn(f"promote-on-green: {err}")
         return

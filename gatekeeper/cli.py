@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -10,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +145,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _emit(outcome, args)
 
 
+@contextlib.contextmanager
+def _measurement(args: argparse.Namespace, *, need_baseline: bool) -> Iterator[tuple[Any, Path | None]]:
+    """(suite, baseline or None) from the working tree, or with ``--from-commit SHA`` from that
+    commit's git objects (suite, include_path tree, baseline; baseline/prbase.py): how a shard job
+    of a pull request evaluates the PR's checkpoint with its base commit's tasks."""
+    from gatekeeper.suite.suite import load_suite
+
+    if not args.from_commit:
+        yield load_suite(args.suite), None
+        return
+    from gatekeeper.baseline import gitbase
+    from gatekeeper.baseline.prbase import base_tree
+
+    sha = gitbase.check_sha(args.from_commit, "--from-commit")
+    with base_tree(Path.cwd(), sha, args.suite, why=f"run from commit {sha[:7]}", need_baseline=need_baseline) as tree:
+        _out(f"note: suite, tasks and baseline from commit {sha[:7]} (the working tree supplies the model only)")
+        yield tree.suite, tree.baseline
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gatekeeper.run import runner
     from gatekeeper.run.shard import parse_shard
-    from gatekeeper.suite.suite import load_suite
 
     shard = parse_shard(args.shard) if args.shard else None
-    suite = load_suite(args.suite)
+    with _measurement(args, need_baseline=False) as (suite, _):
+        return _run(args, runner, suite, shard)
+
+
+def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any) -> int:
     run_dir = runner.run_suite(
         suite,
         args.model,
@@ -186,7 +210,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if args.record_missing or args.out or args.revision or args.device:
             raise GateError("gate --run: --record-missing, --out, --revision and --device apply only to "
                             "--model; record a baseline with `gatekeeper baseline record RUN_DIR --suite ...`")
-        result = gate_run(args.suite, args.run, baseline=args.baseline)
+        with _measurement(args, need_baseline=True) as (suite, base_baseline):
+            result = gate_run(suite.path, args.run, baseline=base_baseline or args.baseline)
         code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)})
         if args.print_markdown:
             print()
@@ -195,9 +220,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     # Without --out the run is a temp folder, removed when the gate is done (kept with --out).
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
     try:
-        result = run_gate(args.suite, args.model, out_dir=out, baseline=args.baseline,
-                          record_missing=args.record_missing, revision=args.revision, device=args.device,
-                          log=_out)
+        if args.from_commit and (args.record_missing or args.baseline):
+            raise GateError("gate --from-commit: the commit's own baseline is used; --baseline and "
+                            "--record-missing do not apply")
+        with _measurement(args, need_baseline=True) as (suite, base_baseline):
+            result = run_gate(suite.path, args.model, out_dir=out, baseline=base_baseline or args.baseline,
+                              record_missing=args.record_missing, revision=args.revision, device=args.device,
+                              log=_out)
         if result.outcome is None:
             _out(result.notice)
             if args.json:
@@ -287,6 +316,12 @@ def _add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", help="write the markdown report (PR comment body) here")
 
 
+def _add_from_commit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from-commit", metavar="SHA",
+                   help="read the suite, its tasks and the baseline from this commit of the git repository, not "
+                        "the working tree (a pull request's base: the checkout then supplies only the model)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gatekeeper", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
@@ -318,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "join the N shard folders with `gatekeeper merge`")
     p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
                    "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
+    _add_from_commit(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("gate", help="run the suite (or take --run), compare with the stored baseline, decide")
@@ -334,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device")
     _add_report_flags(p)
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
+    _add_from_commit(p)
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("merge", help="join the N folders of `run --shard K/N` into one run")

@@ -80,7 +80,7 @@ def run_gate(
             "`gatekeeper gate --record-missing ...` (or `gatekeeper baseline record RUN_DIR --suite ...`)"
         )
     # Fail on a corrupt baseline before loading anything heavy, on a foreign one before lm-eval runs.
-    with trusted_code(suite.include_path):  # the suite's task code may define !function aggregations
+    with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
         stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
 
     def preflight(plan: RunPlan) -> None:
@@ -96,7 +96,7 @@ def run_gate(
             "Commit it so later runs are compared against it."
         )
         return GateResult(0, None, notice, run_dir, {"verdict": "pass", "notice": notice, "comparisons": []})
-    with trusted_code(suite.include_path):
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
         candidate = load_run(run_dir, cluster_keys=suite.cluster_keys())
     outcome = compare_for_suite(stored, candidate, suite, policy)
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome))
@@ -142,7 +142,7 @@ def compare_paths(
     if not base_path.exists():
         raise GateError(f"{base_path}: baseline does not exist (record one with `gatekeeper baseline record`)")
     keys = suite.cluster_keys()
-    with trusted_code(suite.include_path):  # the suite's task code may define !function aggregations
+    with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
         base_runs = [store.load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]]
         cand_runs = [store.load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]]
     check_repeats(base_runs, "--also-baseline")  # repeats pass the baseline-vs-candidate checks too
@@ -184,7 +184,7 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None) -> Pat
 
 def _run_for(run_dir: Path, suite: Suite) -> RunResults:
     """A run that belongs to ``suite``, read for storing (no snippets)."""
-    with trusted_code(suite.include_path):
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
         res = load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
     # Suite hash, task set, lm-eval pin, n-shot, seeds, limit: refused before the file is touched.
     check_run_matches_suite(res, suite, what="run", fix="re-run it with the current suite before storing "

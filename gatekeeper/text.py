@@ -49,3 +49,43 @@ def json_problem(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return "a number with too many digits" if "digits" in str(exc) else short(str(exc), 80)
+
+
+# Query parameters and arguments whose values are credentials (api-key, key, token, ...).
+_SECRET_NAME = r"(?:api[-_]?key|apikey|key|token|access[-_]?token|auth|auth[-_]?token|password|passwd|secret|sig|signature|code)"
+_SECRET_QUERY = re.compile(rf"(?i)([?&;]{_SECRET_NAME}=)[^&#;\s]*")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s?#]+@")
+SECRET_ARGS = frozenset({"auth_token", "api_key", "header", "headers", "authorization", "token", "password"})
+REDACTED = "<redacted>"
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced by ``***``: user:password@ and
+    query values named like keys and tokens (``?api-key=...``, ``&token=...``)."""
+    if "://" not in text and "=" not in text:
+        return text
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
+def redact(value: Any) -> Any:
+    """A copy of a JSON-like value with secrets out: entries named like credentials
+    (``auth_token``, ``api_key``, ``header``) become ``<redacted>``, strings lose URL credentials."""
+    if isinstance(value, dict):
+        return {k: (REDACTED if isinstance(k, str) and k.lower() in SECRET_ARGS and v not in (None, "")
+                    else redact(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return _redact_arg_string(redact_url(value))
+    return value
+
+
+def _redact_arg_string(text: str) -> str:
+    """lm-eval's ``k=v,k=v`` model_args string: the values of credential arguments out."""
+    if "=" not in text or "," not in text and not any(text.startswith(f"{k}=") for k in SECRET_ARGS):
+        return text
+    parts = []
+    for part in text.split(","):
+        key, sep, val = part.partition("=")
+        parts.append(f"{key}={REDACTED}" if sep and key.strip().lower() in SECRET_ARGS and val else part)
+    return ",".join(parts)

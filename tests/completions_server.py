@@ -12,7 +12,8 @@ the way vLLM's server answers what lm-eval 0.4.13's ``local-completions`` client
 Faults for the failure tests, from the ``fail_after``-th request on: ``"500"`` (HTTP 500),
 ``"drop"`` (connection closed without an answer), ``"hang"`` (no answer for ``hang_s``),
 ``"null"`` (generations answered with ``"text": null``, as a reasoning model out of tokens does).
-``served`` counts the completions answered (the "model calls" a cache saves).
+``served`` counts the completions answered (the "model calls" a cache saves); ``authorization``
+keeps each request's Authorization header (where an API key went).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class CompletionsServer:
         self.fault, self.fail_after, self.hang_s, self.delay_s = fault, fail_after, hang_s, delay_s
         self.served = 0
         self.received = 0
+        self.authorization: list[str | None] = []  # each request's Authorization header
         self._models: dict[str, Any] = {}
         self._pieces: dict[int, list[str]] = {}  # per tokenizer: id -> decoded text
         self._lock = threading.Lock()
@@ -79,12 +81,13 @@ class CompletionsServer:
     # ------------------------------------------------------------------ requests
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        if h.path.rstrip("/") != "/v1/completions":
+        if h.path.split("?")[0].rstrip("/") != "/v1/completions":  # a key in the query string is the client's business
             h.send_error(404)
             return
         body = json.loads(h.rfile.read(int(h.headers.get("Content-Length") or 0)))
         with self._lock:
             self.received += 1
+            self.authorization.append(h.headers.get("Authorization"))
             failing = self.fault is not None and self.received > self.fail_after
         if failing and self.fault == "500":
             _send(h, 500, {"error": {"message": "injected server error"}})

@@ -49,6 +49,10 @@ def _values(drop: int) -> np.ndarray:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
+    return make_ws(tmp_path)
+
+
+def make_ws(tmp_path: Path) -> Path:
     """A workspace: suite file, baseline, and candidate baselines 'harmless', 'regressed', 'many'."""
     (tmp_path / "gatekeeper.yaml").write_text(SUITE)
     suite = load_suite(tmp_path / "gatekeeper.yaml")
@@ -108,11 +112,25 @@ def pr_event(head_repo: str = REPO, fork: bool = False) -> dict:
                              "base": {"sha": BASE, "repo": {"full_name": REPO}}}}
 
 
+def on_default_branch(ws: Path, payload: dict) -> tuple[dict, dict]:
+    """(payload, env) of an event the runner delivers on the default branch ``main``, checked out
+    at its commit: GITHUB_SHA is the workspace's HEAD (as actions/checkout leaves it)."""
+    payload = {"repository": {"full_name": REPO, "default_branch": "main"}, **payload}
+    env = {"GITHUB_REF": "refs/heads/main"}
+    if (ws / ".git").exists():
+        env["GITHUB_SHA"] = git(ws, "rev-parse", "HEAD")
+    return payload, env
+
+
 def act(ws: Path, gh: FakeGitHub | None, capfd, event: str, payload: dict, env_over: dict | None = None,
         **inputs: str) -> dict:
-    """Run the action; ``BASE`` in the payload stands for the workspace repository's base commit."""
+    """Run the action; ``BASE`` in the payload stands for the workspace repository's base commit.
+    Events other than pull requests run on the default branch, at the workspace's HEAD."""
     if (ws / ".git").exists() and git(ws, "tag", "--list", "base"):
         payload = json.loads(json.dumps(payload).replace(BASE, base_of(ws)))
+    branch_env: dict = {}
+    if "pull_request" not in payload and event not in ("pull_request", "pull_request_target"):
+        payload, branch_env = on_default_branch(ws, payload)
     env = {
         "GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": event_file(ws, payload), "GITHUB_SHA": HEAD,
         "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": gh.url if gh else "http://127.0.0.1:9",
@@ -122,7 +140,7 @@ def act(ws: Path, gh: FakeGitHub | None, capfd, event: str, payload: dict, env_o
         "GATEKEEPER_HTTP_BACKOFF": "0.01", "GATEKEEPER_HTTP_MAX_WAIT": "1", "GATEKEEPER_HTTP_READ_TIMEOUT": "2",
     }
     keys = {f"INPUT_{name.upper().replace('_', '-')}": value for name, value in inputs.items()}
-    for key, value in {**keys, **(env_over or {})}.items():
+    for key, value in {**branch_env, **keys, **(env_over or {})}.items():
         if value is None:
             env.pop(key, None)
         else:
@@ -296,11 +314,17 @@ def test_an_unknown_or_bad_base_sha_is_exit_2(ws, gh, capfd, sha, says):
     assert body.startswith("### ⚠️ gatekeeper could not run")
 
 
-def test_a_pr_that_changes_what_the_suite_measures_is_exit_2(ws, gh, capfd):
-    (ws / "gatekeeper.yaml").write_text(SUITE + "  - name: extra_task\n")
-    commit(ws, "head: a new task")
-    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/harmless.json.gz")
-    assert "changes what the suite measures" in _one_error_line(res)
+def test_a_pr_that_changes_what_the_suite_measures_is_gated_with_the_base_suite(ws, gh, capfd):
+    """The PR's suite is never applied: it is listed, and the base commit's suite decides."""
+    (ws / "gatekeeper.yaml").write_text(SUITE.replace("  - name: arith_mc\n", "  - name: arith_mc\n    cluster: topic\n")
+                                        + "  - name: extra_task\n")
+    commit(ws, "head: a new task, and clusters")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1, res["out"]  # the base suite: no clusters, no extra task
+    plain = gh.comment_bodies(12)[0].replace("\\", "")
+    assert "Suite changes in this PR" in plain
+    assert "- tasks[arith_mc].cluster: None → 'topic'" in plain.splitlines(), plain
+    assert "- tasks[extra_task]: added" in plain.splitlines()
 
 
 def test_a_pr_that_adds_the_suite_is_exit_2(ws, gh, capfd):
@@ -493,7 +517,7 @@ def test_unreadable_event_file_on_push_keeps_github_sha_for_the_status(ws, gh, c
     res = act(ws, gh, capfd, "push", {}, env_over={"GITHUB_EVENT_PATH": str(ws / "missing.json")},
               candidate="runs/harmless.json.gz")
     assert res["code"] == 2 and "GITHUB_EVENT_PATH does not exist" in res["out"]
-    assert [(s["sha"], s["state"]) for s in gh.statuses] == [(HEAD, "error")]
+    assert [(s["sha"], s["state"]) for s in gh.statuses] == [(git(ws, "rev-parse", "HEAD"), "error")]
 
 
 def test_no_event_file_and_no_sha_skips_the_pull_request_lookup(ws, gh, capfd):
@@ -527,13 +551,17 @@ needs_demo = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def demo_ws(tmp_path_factory) -> Path:
     """A workspace holding a copy of examples/ (the baseline file included)."""
-    ws = tmp_path_factory.mktemp("demo") / "ws"
-    shutil.copytree(EXAMPLES, ws / "examples", ignore=shutil.ignore_patterns(".gatekeeper-work", "__pycache__"))
+    ws, _ = _demo_repo(tmp_path_factory.mktemp("demo"))
     return ws
 
 
-def act_subprocess(ws: Path, gh: FakeGitHub, event: str, payload: dict, **inputs: str) -> dict:
-    """``python -m gatekeeper.action`` as the container runs it (torch stays out of pytest)."""
+def act_subprocess(ws: Path, gh: FakeGitHub, event: str, payload: dict, *, extra_env: dict | None = None,
+                   **inputs: str) -> dict:
+    """``python -m gatekeeper.action`` as the container runs it (torch stays out of pytest).
+    Events other than pull requests run on the default branch, at the workspace's HEAD."""
+    branch_env: dict = {}
+    if "pull_request" not in payload and event not in ("pull_request", "pull_request_target"):
+        payload, branch_env = on_default_branch(ws, payload)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
     env.update({
         "GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": event_file(ws, payload), "GITHUB_SHA": HEAD,
@@ -542,6 +570,8 @@ def act_subprocess(ws: Path, gh: FakeGitHub, event: str, payload: dict, **inputs
         "GITHUB_STEP_SUMMARY": str(ws.parent / "summary.md"), "GITHUB_OUTPUT": str(ws.parent / "output"),
         "INPUT_GITHUB-TOKEN": TOKEN, "INPUT_SUITE": "examples/gatekeeper.yaml", "GATEKEEPER_HTTP_BACKOFF": "0.01",
     })
+    env.update(branch_env)
+    env.update(extra_env or {})
     env.update({f"INPUT_{k.upper().replace('_', '-')}": v for k, v in inputs.items()})
     for f in ("summary.md", "output"):
         (ws.parent / f).unlink(missing_ok=True)

@@ -423,3 +423,32 @@ def test_backend_change_is_context_never_an_error_nor_silent() -> None:
     assert not [d for d in diffs if d.severity == "error"]
     cand.provenance.manifest["backend"] = "hf"  # an old manifest without the key is hf
     assert not [d for d in check_compatible(base, cand) if "backend" in d.message]
+
+
+def test_credentials_in_the_endpoint_and_model_args_are_written_nowhere(server: CompletionsServer,
+                                                                        tmp_path: Path) -> None:
+    """A ``base_url`` carrying ``?api-key=…`` and an ``auth_token`` model argument: the run's
+    manifest, lm-eval's results.json copy, the baseline, the JSON report and the log show
+    neither, while the endpoint still receives the URL it was given."""
+    key, token = "sk-query-SECRET-0001", "hf_TOKEN_SECRET_0002"
+    suite = _write_suite(tmp_path, backend="local-completions", base_url=f"{server.url}?api-key={key}",
+                         model_args={"auth_token": token})
+    text = suite.read_text().replace(f"baseline: {DEMO_BASELINE}", f"baseline: {tmp_path / 'b.json.gz'}")
+    suite.write_text(text)
+    out = tmp_path / "out"
+    run = _run_cli("run", "--suite", str(suite), "--model", f"{CKPT}/base", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = _run_cli("baseline", "record", str(out), "--suite", str(suite))
+    assert record.returncode == 0, record.stderr[-2000:]
+    gate = _run_cli("gate", "--suite", str(suite), "--model", f"{CKPT}/base", "--json", str(tmp_path / "r.json"),
+                    "--out", str(tmp_path / "out2"))
+    assert gate.returncode == 0, gate.stdout[-2000:] + gate.stderr[-2000:]
+    import gzip
+
+    written = [p.read_bytes() for p in out.rglob("*") if p.is_file()]
+    written += [p.read_bytes() for p in (tmp_path / "out2").rglob("*") if p.is_file()]
+    written += [gzip.decompress((tmp_path / "b.json.gz").read_bytes()), (tmp_path / "r.json").read_bytes(),
+                (run.stdout + run.stderr + gate.stdout + gate.stderr).encode()]
+    for blob in written:
+        assert key.encode() not in blob and token.encode() not in blob
+    assert any(b"api-key=***" in blob for blob in written)  # redacted, not dropped

@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,82 @@ def _expand(text: str, extra: dict[str, str]) -> str:
     return re.sub(r"\$\{\{\s*(.*?)\s*\}\}", lambda m: known[m.group(1)], str(text))
 
 
-def _workspace(root: Path) -> Path:
-    """A repository checkout: the demo suite, its tasks and stored baseline at the top level."""
+def _condition(expr: str | None, known: dict[str, str], failed: bool) -> bool:
+    """A step's ``if:`` as these workflows write it: ``always()``, ``a == 'x'``, ``a != ''``,
+    joined by ``&&``. Without ``always()`` a step after a failure is skipped, as on GitHub."""
+    if expr is None:
+        return not failed
+    expr = str(expr).replace("${{", "").replace("}}", "").strip()
+    parts = [p.strip() for p in expr.split("&&")]
+    if "always()" not in parts and failed:
+        return False
+    for part in parts:
+        if part == "always()":
+            continue
+        m = re.fullmatch(r"([\w.\-]+)\s*(==|!=)\s*'([^']*)'", part)
+        assert m, f"an if: this test cannot evaluate: {part!r}"
+        value = known.get(m.group(1), "")
+        if (value == m.group(3)) != (m.group(2) == "=="):
+            return False
+    return True
+
+
+RUNNER_UID = 1001  # the self-hosted runner's user: the action's container runs as root over its workspace
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    proc = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "safe.directory=*",
+                           *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def _workspace(root: Path) -> tuple[Path, str]:
+    """A repository checkout: the demo suite, its tasks and stored baseline at the top level,
+    committed on main; returns it and that commit. Owned by the runner's user (not root)."""
     root.mkdir(parents=True)
     shutil.copy(EXAMPLES / "gatekeeper.yaml", root / "gatekeeper.yaml")
     shutil.copytree(EXAMPLES / "tasks", root / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(EXAMPLES / ".gatekeeper", root / ".gatekeeper")
-    return root
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "main")
+    _own(root)
+    return root, git(root, "rev-parse", "HEAD")
+
+
+def _own(root: Path) -> None:
+    if os.geteuid() == 0:
+        for path in [root, *root.rglob("*")]:
+            os.lchown(path, RUNNER_UID, RUNNER_UID)
+
+
+@pytest.fixture(scope="module")
+def runner_home(tmp_path_factory: pytest.TempPathFactory):
+    """A folder the runner's user can reach (pytest's own temp folders are root's, mode 0700):
+    the workspaces, step scripts and runner files of these jobs live in it."""
+    home = Path(tempfile.mkdtemp(prefix="gatekeeper-runner-"))
+    home.chmod(0o755)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _upload(ws: Path, inputs: dict[str, str], artifacts: Path) -> None:
+    """actions/upload-artifact v4.4+'s file rules: hidden files and folders (any part of the
+    path starting with '.') are left out unless include-hidden-files is true; no file at all is
+    if-no-files-found (warn, the default: no artifact and a green step; error: the step fails)."""
+    base = ws / inputs["path"]
+    files = [p for p in ([base] if base.is_file() else base.rglob("*")) if p.is_file()]
+    if str(inputs.get("include-hidden-files", "false")).lower() != "true":  # YAML true: the runner passes "true"
+        files = [p for p in files if not any(part.startswith(".") for part in p.relative_to(ws).parts)]
+    if not files:
+        assert inputs.get("if-no-files-found", "warn") != "error", f"upload-artifact: no files at {inputs['path']}"
+        return  # "No files were found with the provided path": nothing uploaded
+    for p in files:
+        dest = artifacts / inputs["name"] / p.relative_to(base if base.is_dir() else base.parent)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, dest)
 
 
 def _fake_gh_cli(bin_dir: Path, head_of_pr: str) -> None:
@@ -83,18 +153,23 @@ def _fake_gh_cli(bin_dir: Path, head_of_pr: str) -> None:
 class Runner:
     """Executes one job's steps in a workspace, as the GitHub runner would."""
 
-    def __init__(self, ws: Path, event: str, payload: dict, api_url: str, path_prefix: Path | None = None):
-        self.ws, self.event, self.api_url = ws, event, api_url
+    def __init__(self, ws: Path, event: str, payload: dict, api_url: str, path_prefix: Path | None = None,
+                 sha: str = HEAD, context: dict[str, str] | None = None, container: bool = False,
+                 ref: str = "refs/heads/main"):
+        self.ws, self.event, self.api_url, self.sha, self.ref = ws, event, api_url, sha, ref
+        # A job with a `container:` runs its `run:` steps as root in it; on the host as the runner's user.
+        self.container = container
         self.event_path = ws.parent / f"{event}.json"
         self.event_path.write_text(json.dumps(payload))
         self.path_prefix = path_prefix
-        self.outputs: dict[str, str] = {}  # "steps.<id>.outputs.<name>" -> value
+        self.outputs: dict[str, str] = dict(context or {})  # "steps.<id>.outputs.<name>" -> value, and context
         self.results: list[subprocess.CompletedProcess] = []
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
         env.update({
-            "GITHUB_EVENT_NAME": self.event, "GITHUB_EVENT_PATH": str(self.event_path), "GITHUB_SHA": HEAD,
+            "GITHUB_EVENT_NAME": self.event, "GITHUB_EVENT_PATH": str(self.event_path), "GITHUB_SHA": self.sha,
+            "GITHUB_REF": self.ref,
             "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": self.api_url, "GITHUB_WORKSPACE": str(self.ws),
             "GITHUB_RUN_ID": "777", "GITHUB_RUN_ATTEMPT": "1", "RUNNER_ENVIRONMENT": "self-hosted",
             "GITHUB_SERVER_URL": "https://github.example", "GATEKEEPER_HTTP_BACKOFF": "0.01",
@@ -102,6 +177,8 @@ class Runner:
             "GITHUB_OUTPUT": str(self.ws.parent / "output"), "PYTHONPATH": str(ROOT),
             "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         })
+        # the `gatekeeper` command, as the job-container image has it
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         if self.path_prefix is not None:
             env["PATH"] = f"{self.path_prefix}{os.pathsep}{env.get('PATH', '')}"
         return env
@@ -109,13 +186,22 @@ class Runner:
     def step(self, step: dict[str, Any], artifacts: Path) -> subprocess.CompletedProcess | None:
         uses, inputs = step.get("uses", ""), {k: _expand(v, self.outputs) for k, v in (step.get("with") or {}).items()}
         (self.ws.parent / "output").write_text("")
+        _own(self.ws.parent / "output")
         if uses.startswith("actions/checkout@"):
             return None  # the workspace is the checkout
         if uses.startswith("actions/upload-artifact@"):
-            shutil.copytree(self.ws / inputs["path"], artifacts / inputs["name"])
+            _upload(self.ws, inputs, artifacts)
             return None
         if uses.startswith("actions/download-artifact@"):
-            shutil.copytree(artifacts / inputs["name"], self.ws / inputs["path"])
+            if "pattern" in inputs:  # one folder per artifact, under path
+                found = sorted(p for p in artifacts.glob(inputs["pattern"]) if p.is_dir())
+                assert found, f"download-artifact: no artifact matches {inputs['pattern']}"
+                for art in found:
+                    shutil.copytree(art, self.ws / inputs["path"] / art.name)
+            else:
+                assert (artifacts / inputs["name"]).is_dir(), f"download-artifact: Artifact not found: {inputs['name']}"
+                shutil.copytree(artifacts / inputs["name"], self.ws / inputs["path"])
+            _own(self.ws / inputs["path"])
             return None
         env = self._env()
         if uses.startswith(ACTION):
@@ -130,35 +216,50 @@ class Runner:
             env.update({k: _expand(v, self.outputs) for k, v in (step.get("env") or {}).items()})
             script = self.ws.parent / "step.sh"
             script.write_text(_expand(step["run"], self.outputs))
+            _own(script)
             cmd = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]  # GitHub's default shell
-        proc = subprocess.run(cmd, cwd=self.ws, env=env, capture_output=True, text=True, timeout=600)
+        # The action's container runs as root; a `run:` step as the runner's user.
+        as_runner = {} if uses or self.container or os.geteuid() != 0 else {"user": RUNNER_UID, "group": RUNNER_UID}
+        proc = subprocess.run(cmd, cwd=self.ws, env=env, capture_output=True, text=True, timeout=600, **as_runner)
         self.results.append(proc)
-        for line in (self.ws.parent / "output").read_text().splitlines():
+        text = (self.ws.parent / "output").read_text()
+        heredocs = dict((n, v) for n, _, v in re.findall(r"^([\w-]+)<<(\S+)\n(.*?)\n\2$", text, flags=re.M | re.S))
+        for line in text.splitlines():
             name, sep, value = line.partition("=")
             if sep and step.get("id") and "<<" not in name:
+                self.outputs[f"steps.{step['id']}.outputs.{name}"] = value
+        for name, value in heredocs.items():
+            if step.get("id"):
                 self.outputs[f"steps.{step['id']}.outputs.{name}"] = value
         return proc
 
     def job(self, steps: list[dict[str, Any]], artifacts: Path) -> subprocess.CompletedProcess | None:
-        """All steps, stopping at the first that fails (as a job does); the last process run."""
-        last = None
+        """The steps as a job runs them: after a failure only `if: always()` steps; the last
+        process run. ``self.failed`` tells whether the job failed."""
+        last, self.failed, self.skipped = None, False, []
         for step in steps:
+            if not _condition(step.get("if"), self.outputs, self.failed):
+                self.skipped.append(step.get("name") or step.get("uses"))
+                continue
             proc = self.step(step, artifacts)
             if proc is not None:
                 last = proc
-                if proc.returncode != 0:
-                    break
+                self.failed = self.failed or proc.returncode != 0
         return last
 
 
 @pytest.fixture(scope="module")
-def fork_eval(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fork_eval(runner_home: Path) -> Path:
     """fork-eval.yml run on a fork PR that proposes the harmless checkpoint; the artifacts folder."""
-    root = tmp_path_factory.mktemp("fork-eval")
-    ws = _workspace(root / "ws")
+    root = runner_home / "fork-eval"
+    ws, base = _workspace(root / "ws")
+    git(ws, "checkout", "-q", "-b", "fork")
     shutil.copytree(EXAMPLES / "checkpoints" / "harmless", ws / "checkpoints" / "candidate")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "fork: a new checkpoint")
+    _own(ws)
     payload = {"pull_request": {"number": PR, "head": {"sha": HEAD, "repo": {"full_name": "evil/fork", "fork": True}},
-                                "base": {"sha": "a" * 40, "repo": {"full_name": REPO}}}}
+                                "base": {"sha": base, "repo": {"full_name": REPO}}}}
     runner = Runner(ws, "pull_request", payload, "http://127.0.0.1:9")
     artifacts = root / "artifacts"
     runner.job(_steps("fork-eval.yml"), artifacts)
@@ -168,11 +269,16 @@ def fork_eval(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _report(fork_eval: Path, tmp_path: Path, gh: FakeGitHub, head_of_pr: str) -> tuple[Runner, Any]:
-    ws = _workspace(tmp_path / "ws")
+    tmp_path = Path(tempfile.mkdtemp(prefix="report-", dir=fork_eval.parent.parent))
+    tmp_path.chmod(0o755)
+    ws, main = _workspace(tmp_path / "ws")
     _fake_gh_cli(tmp_path / "bin", head_of_pr)
+    _own(tmp_path / "bin")
     payload = {"workflow_run": {"id": 777, "head_sha": HEAD, "event": "pull_request", "conclusion": "success",
-                                "pull_requests": []}}  # GitHub lists no PRs for a fork's run
-    runner = Runner(ws, "workflow_run", payload, gh.url, path_prefix=tmp_path / "bin")
+                                "pull_requests": []},  # GitHub lists no PRs for a fork's run
+               "repository": {"full_name": REPO, "default_branch": "main"}}
+    # workflow_run checks out the default branch: GITHUB_SHA is its commit, and HEAD is it
+    runner = Runner(ws, "workflow_run", payload, gh.url, path_prefix=tmp_path / "bin", sha=main)
     return runner, runner.job(_steps("fork-report.yml"), fork_eval)
 
 

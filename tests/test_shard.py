@@ -300,3 +300,33 @@ def test_merged_group_scores_equal_lm_evals_weighted_and_unweighted(tmp_path: Pa
     leaves = [w["results"][t]["acc_norm,none"] for t in ("demo_arith_mc", "demo_capitals_mc")]
     assert w["groups"]["demo_mc"]["acc_norm,none"] == sum(leaves) / 2  # really the unweighted mean
     assert {k: v for k, v in g.items() if k not in _WHEN} == {k: v for k, v in w.items() if k not in _WHEN}
+
+
+@needs_lm_eval
+@pytest.mark.parametrize("edit, says", [
+    (lambda s: s.update(count=10**9), r"shard\.count is 1000000000, expected 1 to 1024"),
+    (lambda s: s["items"].update({k: 10**9 for k in s["items"]}), r"shard\.items\[\w+\] is 1000000000, expected at most"),
+    (lambda s: s["docs"].update({next(iter(s["docs"])): "ab"}), r"shard\.docs\[\w+\] is 'ab', expected \[first, end\]"),
+    (lambda s: s["docs"].update({next(iter(s["docs"])): [0]}), r"shard\.docs\[\w+\] is \[0\], expected \[first, end\]"),
+    (lambda s: s.update(docs=[]), r"shard\.docs is \[\], expected the document range"),
+    (lambda s: s.update(index=[2]), r"shard\.index is \[2\], expected 1 to 3"),
+    (lambda s: s.update(index=True), r"shard\.index is True, expected 1 to 3"),
+])
+def test_merge_names_a_wrong_shard_manifest_in_one_line(shards: list[Path], tmp_path: Path, edit, says) -> None:
+    """Hostile or hand-edited shard manifests: bounded by the run's own results.json, each one
+    clear line, no internal error, quickly (a count of 1e9 ran past 60 s, items of 1e9 ran out
+    of memory)."""
+    copy = tmp_path / "s1"
+    shutil.copytree(shards[0], copy)
+    (manifest,) = copy.rglob("gatekeeper-manifest.json")
+    data = json.loads(manifest.read_text())
+    edit(data["shard"])
+    manifest.write_text(json.dumps(data))
+    proc = _cli("merge", "--out", str(tmp_path / "m"), str(copy), str(shards[1]), str(shards[2]))
+    _one_line_error(proc, says)
+    assert "internal error" not in proc.stderr
+
+
+def test_a_shard_count_beyond_one_per_runner_is_refused() -> None:
+    with pytest.raises(GateError, match=r"--shard 1/5000: at most 1024 shards"):
+        parse_shard("1/5000")

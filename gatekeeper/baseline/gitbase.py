@@ -13,6 +13,7 @@ git runs as a subprocess with a timeout, never through a shell, with ``safe.dire
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import subprocess
 from dataclasses import dataclass
@@ -76,15 +77,123 @@ def check_sha(sha: str, where: str = "event") -> str:
 
 
 def repo_relative(repo: GitRepo, path: Path) -> str:
-    """``path`` as a repository path (posix); GateError when it lies outside the repository."""
-    try:
-        rel = Path(os.path.realpath(path)).relative_to(os.path.realpath(repo.root))
-    except ValueError:
+    """``path`` as a repository path (posix), built lexically: no symlink of the working tree is
+    followed (a pull request controls the working tree, and a link there must not choose which
+    committed file is read). GateError when it lies outside the repository."""
+    full = Path(os.path.normpath(os.path.abspath(path)))
+    for root in dict.fromkeys((Path(os.path.abspath(repo.root)), Path(os.path.realpath(repo.root)))):
+        try:
+            rel = full.relative_to(root)  # git names the root with its links resolved: try both spellings
+            break
+        except ValueError:
+            continue
+    else:
         raise GateError(
             f"{path}: outside the git repository {repo.root}; on pull requests the baseline and suite are "
             "read from the base commit, so they must be files committed in the repository"
         ) from None
     return PurePosixPath(*rel.parts).as_posix()
+
+
+def join_relative(folder: str, rel: str, where: str) -> str:
+    """``folder``/``rel`` as a repository path (posix, normalised); GateError when it leaves
+    the repository (``..`` past the root) or is absolute."""
+    if PurePosixPath(rel).is_absolute():
+        raise GateError(f"{where}: {rel!r} is an absolute path; it must be relative to the suite file")
+    joined = posixpath.normpath(posixpath.join(folder, rel)) if folder else posixpath.normpath(rel)
+    if joined == ".." or joined.startswith("../"):
+        raise GateError(f"{where}: {rel!r} leaves the repository")
+    return "" if joined == "." else joined
+
+
+def head_commit(repo: GitRepo) -> str:
+    """The commit the working tree is checked out at (``git rev-parse HEAD``)."""
+    proc = repo.run("rev-parse", "--verify", "HEAD^{commit}")
+    if proc.returncode != 0:
+        raise GateError(f"{repo.root}: cannot tell the checked-out commit ({_stderr(proc)})")
+    return proc.stdout.decode("ascii").strip()
+
+
+def merge_base(repo: GitRepo, a: str, b: str) -> str:
+    """The best common ancestor of two commits; GateError when the history does not hold one
+    (a shallow checkout: fetch-depth 0 fixes it)."""
+    proc = repo.run("merge-base", a, b)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise GateError(
+            f"{repo.root}: no common ancestor of {a[:12]} and {b[:12]} in the checkout ({_stderr(proc)}); "
+            f"{CHECKOUT_ADVICE}"
+        )
+    return check_sha(proc.stdout.decode("ascii"), "git merge-base")
+
+
+def branch_commit(repo: GitRepo, branch: str) -> str:
+    """The commit of ``origin/<branch>`` (fetched when the checkout lacks it)."""
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", branch) or branch.startswith("-") or ".." in branch:
+        raise GateError(f"event: default branch name {branch!r} is not a branch name")
+    ref = f"refs/remotes/origin/{branch}"
+    proc = repo.run("rev-parse", "--verify", f"{ref}^{{commit}}")
+    if proc.returncode != 0:
+        fetch = repo.run("fetch", "--no-tags", "--no-recurse-submodules", "origin", f"+refs/heads/{branch}:{ref}",
+                         timeout=FETCH_TIMEOUT_S)
+        proc = repo.run("rev-parse", "--verify", f"{ref}^{{commit}}")
+        if fetch.returncode != 0 or proc.returncode != 0:
+            raise GateError(f"{repo.root}: the default branch {branch} is not in the checkout and cannot be "
+                            f"fetched ({_stderr(fetch)}); {CHECKOUT_ADVICE}")
+    return check_sha(proc.stdout.decode("ascii"), f"origin/{branch}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One path of a commit's tree: git's mode (100644, 100755, 120000 = symlink, 160000 =
+    submodule), its object id and type."""
+
+    path: str
+    mode: str
+    kind: str
+    oid: str
+
+    @property
+    def is_link(self) -> bool:
+        return self.mode == "120000"
+
+
+def entry_at(repo: GitRepo, sha: str, rel: str) -> Entry | None:
+    """The tree entry of ``rel`` at commit ``sha`` (None when absent). git never follows a
+    symlink inside the tree, so a path under a linked folder is absent."""
+    proc = repo.run("ls-tree", "-z", "--full-tree", sha, "--", rel)
+    if proc.returncode != 0:
+        raise GateError(f"{repo.root}: cannot list {rel} at {sha[:12]} ({_stderr(proc)})")
+    for line in proc.stdout.split(b"\0"):
+        meta, _, name = line.partition(b"\t")
+        if name.decode("utf-8", "replace") == rel:
+            mode, kind, oid = meta.decode("ascii").split()
+            return Entry(rel, mode, kind, oid)
+    return None
+
+
+def tree_files(repo: GitRepo, sha: str, rel: str) -> list[Entry]:
+    """Every entry under folder ``rel`` at commit ``sha``, recursively (blobs, links, submodules)."""
+    proc = repo.run("ls-tree", "-r", "-z", "--full-tree", sha, "--", rel.rstrip("/") + "/")
+    if proc.returncode != 0:
+        raise GateError(f"{repo.root}: cannot list {rel}/ at {sha[:12]} ({_stderr(proc)})")
+    out = []
+    for line in proc.stdout.split(b"\0"):
+        if not line:
+            continue
+        meta, _, name = line.partition(b"\t")
+        mode, kind, oid = meta.decode("ascii").split()
+        out.append(Entry(name.decode("utf-8", "surrogateescape"), mode, kind, oid))
+    return out
+
+
+def hash_files(repo: GitRepo, rels: list[str]) -> dict[str, str]:
+    """The blob ids the working-tree files ``rels`` would have (no filters), in one git call."""
+    if not rels:
+        return {}
+    proc = repo.run("hash-object", "--no-filters", "--stdin-paths", stdin="\n".join(rels).encode("utf-8") + b"\n")
+    if proc.returncode != 0:
+        raise GateError(f"{repo.root}: cannot hash the working tree's files ({_stderr(proc)})")
+    return dict(zip(rels, proc.stdout.decode("ascii").split(), strict=True))
 
 
 def has_commit(repo: GitRepo, sha: str) -> bool:

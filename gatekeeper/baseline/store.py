@@ -9,6 +9,7 @@ replaces it and keeps the previous one under ``history/`` (names never reused). 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -50,6 +51,7 @@ def record_results(
     results: RunResults, suite: Suite, *, force: bool = False, path: Path | None = None
 ) -> Path:
     target = Path(path) if path is not None else suite.baseline_path
+    check_target(target, suite, inside=path is None)
     with store_lock(target):
         refuse_existing(target, force)  # again, under the lock: another record may have won
         save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
@@ -58,12 +60,39 @@ def record_results(
 
 def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None) -> Path:
     target = Path(path) if path is not None else suite.baseline_path
+    check_target(target, suite, inside=path is None)
     with store_lock(target):
         if target.is_file():
             # Copy first, replace second: a failure at any point leaves the current baseline valid.
             _write_history(target, target.read_bytes())
         save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
+
+
+def check_target(target: Path, suite: Suite, *, inside: bool = True) -> None:
+    """Record and promote write only real files: never through a symlink (the baseline, its
+    folder, ``history/`` or a folder on the way from the repository's root), and the suite's own
+    baseline (``inside``) never outside the suite's repository. A baseline committed as a link
+    would let whoever committed it point the writer at any file of the runner; a path given on
+    the command line (``--baseline``) is the person's choice."""
+    target = Path(os.path.normpath(os.path.abspath(target)))
+    root = _repo_root(Path(os.path.abspath(suite.path)).parent)
+    if inside and root is not None and os.path.commonpath([root, target]) != str(root):
+        raise GateError(f"{target}: outside the repository {root}; a baseline is written inside the repository "
+                        "that holds the suite")
+    start = root if root is not None else target.parent.parent
+    steps = [target.parent / "history", target, *[p for p in target.parents if start in p.parents or p == start]]
+    for step in sorted(set(steps), key=lambda p: len(p.parts)):
+        if step.is_symlink():
+            raise GateError(f"{step}: is a symlink; gatekeeper writes baselines only to real files and folders "
+                            "(replace the link with the file itself)")
+
+
+def _repo_root(folder: Path) -> Path | None:
+    for p in (folder, *folder.parents):
+        if (p / ".git").exists():
+            return p
+    return None
 
 
 @contextmanager

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ import numpy as np
 from gatekeeper.errors import GateError
 from gatekeeper.files import portable_path
 from gatekeeper.model import MetricSeries, Provenance, RunResults
+from gatekeeper.suite import taskcode
 from gatekeeper.suite.names import RunPlan, from_run
 from gatekeeper.suite.suite import Suite
 
@@ -63,6 +66,7 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
         errors.append(f"limit {_fmt(b.limit)} in baseline, {_fmt(c.limit)} in candidate")
     errors += _effective_n(b, c, common)
     errors += _configs(b, c, common)
+    errors += _task_code(b.manifest.get("task_files"), c.manifest.get("task_files"))
     few_shot_used = any(_as_int(b.n_shot.get(t)) or _as_int(c.n_shot.get(t)) for t in common)
     for seed in _ALL_SEEDS:
         bv, cv = b.seeds.get(seed), c.seeds.get(seed)
@@ -191,6 +195,8 @@ def _run_differences(run: RunResults, suite: Suite, side: str) -> list[str]:
     if not _same_number(prov.limit, expected):
         out.append(f"limit {prov.limit} in {side}, {expected} in the suite")
     out += _chat_template_difference(prov.chat_template_sha, suite, side)
+    if isinstance(man.get("task_files"), dict) and man["task_files"] and suite.include_path is not None:
+        out += _task_code(_local_part(man["task_files"]), _suite_task_files(suite))
     ran_dtype = man.get("dtype")
     if isinstance(ran_dtype, str) and ran_dtype != str(suite.model.get("dtype")):
         # `run --dtype` overrides what the suite pins (dtype is hashed): another measurement
@@ -230,6 +236,7 @@ def baseline_differences(stored: RunResults, suite: Suite, plan: RunPlan) -> lis
     out += _seed_differences(prov.seeds, suite, "the baseline")
     out += _chat_template_difference(prov.chat_template_sha, suite, "the baseline")
     out += _spec_differences((prov.manifest or {}), suite)
+    out += _task_code((prov.manifest or {}).get("task_files"), plan.task_files)
     if prov.suite_hash and prov.suite_hash != suite.hash and not out:
         out.append(f"suite hash {prov.suite_hash[:12]} in the baseline, {suite.hash[:12]} in the suite "
                    "(the suite changed what it measures)")
@@ -249,6 +256,26 @@ def _task_differences(task: str, prov: Any, plan: RunPlan) -> list[str]:
         out.append(f"task {task}: {b.get('effective')} of {b.get('original')} items in the baseline, "
                    f"{p['effective']} of {p['original']} in this run (the limit or the data changed)")
     return out
+
+
+def _task_code(recorded: Any, current: Any) -> list[str]:
+    """The task code's identity (``suite.taskcode``), where both sides recorded it: a helper,
+    template or data file edited since is another measurement, whatever lm-eval's hashes say."""
+    if not (isinstance(recorded, dict) and recorded and isinstance(current, dict) and current):
+        return []
+    changed = taskcode.changed_paths(recorded, current)
+    if not changed:
+        return []
+    return [taskcode.describe_changes(changed) + ": record a new baseline on purpose"]
+
+
+def _local_part(files: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in files.items() if not k.startswith("lm_eval/tasks/")}
+
+
+def _suite_task_files(suite: Suite) -> dict[str, str]:
+    """The include_path part of the task code's identity, as ``run.runner.task_files`` records it."""
+    return taskcode.include_hashes(Path(suite.include_path))
 
 
 def _spec_differences(manifest: dict[str, Any], suite: Suite) -> list[str]:
@@ -516,8 +543,14 @@ def _norm(value: Any) -> Any:
     return repr(value)
 
 
+# lm-eval writes a task's ``!function`` callables (doc_to_choice, process_docs, ...) into its
+# config with their address, which changes every run: only the name says what the code is (its
+# content is the task code's identity, compared on its own).
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
 def _canon(value: Any) -> str:
-    return json.dumps(_norm(value), sort_keys=True)
+    return _ADDRESS.sub(">", json.dumps(_norm(value), sort_keys=True))
 
 
 def _differs(a: Any, b: Any) -> bool:

@@ -55,6 +55,14 @@ class Event:
         return None
 
     @property
+    def default_branch(self) -> str | None:
+        """The repository's default branch as the payload names it (every webhook payload with a
+        ``repository`` object does); None when it does not."""
+        repo = self.payload.get("repository")
+        name = repo.get("default_branch") if isinstance(repo, dict) else None
+        return name if isinstance(name, str) and name else None
+
+    @property
     def head_sha(self) -> str:
         """The commit under test: PR head for PR events, the triggering run's head for
         workflow_run, else GITHUB_SHA (for pull_request GITHUB_SHA is a merge commit)."""

@@ -246,11 +246,11 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
         value = manifest.get(key)
         if value is not None and not isinstance(value, str):
             return f"{key} is {short(value)}, expected a string"
-    files = manifest.get("model_files")
-    if files is not None and not (
-        isinstance(files, dict) and all(isinstance(v, str) or v is None for v in files.values())
-    ):
-        return f"model_files is {short(files)}, expected an object of sha256 digests"
+    for key in ("model_files", "task_files"):
+        files = manifest.get(key)
+        if files is not None and not (isinstance(files, dict) and all(
+                isinstance(k, str) and (isinstance(v, str) or v is None) for k, v in files.items())):
+            return f"{key} is {short(files)}, expected an object of sha256 digests"
     return None
 
 

@@ -49,6 +49,9 @@ class TrustedCode:
     """The suite's include_path (and lm-eval's bundled tasks) as the only source of functions."""
 
     include_path: Path | None
+    # The suite's task entries: lm-eval's ~14k bundled tasks are indexed (tens of seconds) only
+    # when the suite names one that its include_path does not hold; None: no suite, any task.
+    suite_tasks: tuple[str, ...] | None = None
     _managers: dict[bool, Any] = field(default_factory=dict)
     _functions: dict[str, Callable[[list[Any]], Any]] = field(default_factory=dict)
 
@@ -56,6 +59,8 @@ class TrustedCode:
         from lm_eval.tasks import TaskManager
 
         for defaults in ((False, True) if self.include_path is not None else (True,)):
+            if defaults and not self._needs_bundled():
+                return None
             if defaults not in self._managers:
                 path = str(self.include_path) if self.include_path is not None else None
                 self._managers[defaults] = TaskManager(include_path=path, include_defaults=defaults)
@@ -63,6 +68,12 @@ class TrustedCode:
             if entry is not None and entry.yaml_path is not None:
                 return entry
         return None
+
+    def _needs_bundled(self) -> bool:
+        if self.suite_tasks is None or self.include_path is None:
+            return True
+        local = self._managers.get(False)
+        return local is not None and any(t not in local.task_index for t in self.suite_tasks)
 
     def find(self, task: str, metric: str, aggregation_id_: str) -> Callable[[list[Any]], Any] | None:
         """The trusted function for ``task``'s ``metric`` whose source hashes to the id, or None."""
@@ -101,9 +112,11 @@ _ACTIVE: list[TrustedCode] = []
 
 
 @contextmanager
-def trusted_code(include_path: Path | None) -> Iterator[TrustedCode]:
-    """Within the block, readers may load ``!function`` aggregations from ``include_path``."""
-    code = TrustedCode(include_path)
+def trusted_code(include_path: Path | None, tasks: tuple[str, ...] | None = None) -> Iterator[TrustedCode]:
+    """Within the block, readers may load ``!function`` aggregations from ``include_path``
+    (and from lm-eval's bundled tasks when ``tasks``, the suite's task entries, names one that
+    the include_path does not hold)."""
+    code = TrustedCode(include_path, tasks)
     _ACTIVE.append(code)
     try:
         yield code

@@ -36,10 +36,13 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import GateError
+from gatekeeper.model import is_int
 from gatekeeper.results import reader as results
 from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, samples_path
 from gatekeeper.results.metrics import kind_for
 from gatekeeper.run.runner import check_output  # torch-free: runner imports lm-eval lazily
+from gatekeeper.run.shard import MAX_SHARDS
+from gatekeeper.text import short
 
 # results.json fields that must be equal in every shard (the rest is per-machine context).
 _SAME_RESULTS = ("configs", "versions", "n-shot", "higher_is_better", "lm_eval_version",
@@ -49,7 +52,7 @@ _SAME_RESULTS = ("configs", "versions", "n-shot", "higher_is_better", "lm_eval_v
 _SAME_CONFIG = ("model", "model_args", "model_dtype", "bootstrap_iters", "gen_kwargs",
                 "random_seed", "numpy_seed", "torch_seed", "fewshot_seed")
 _SAME_MANIFEST = ("suite_hash", "suite_name", "model_files", "lm_eval_version", "dtype", "seeds",
-                  "limit", "tasks", "revision", "torch_version", "transformers_version")
+                  "limit", "tasks", "revision", "torch_version", "transformers_version", "task_files")
 # lm-eval bootstraps these aggregations' stderr (random draws): not recomputable, written "N/A".
 _CLOSED_FORM_STDERR = {"mean"}
 _MERGEABLE_KINDS = {"mean", "ratio", "corpus"}
@@ -128,12 +131,45 @@ def _load_shard(folder: Path) -> ShardRun:
     manifest_path = results_file.parent / MANIFEST_NAME
     if not manifest_path.is_file():
         raise GateError(f"{folder}: no {MANIFEST_NAME}; merge takes folders written by `gatekeeper run --shard K/N`")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise GateError(f"{manifest_path}: not a readable JSON manifest; re-run this shard") from None
     info = manifest.get("shard") if isinstance(manifest, dict) else None
     if not isinstance(info, dict) or not all(k in info for k in ("index", "count", "docs", "items", "groups")):
         raise GateError(f"{folder}: not a shard (its manifest has no 'shard'); "
                         "merge takes folders written by `gatekeeper run --shard K/N`")
+    problem = _shard_problem(info, data)
+    if problem:
+        raise GateError(f"{manifest_path}: shard.{problem} (edited, or not written by `gatekeeper run --shard`?)")
     return ShardRun(folder, results_file, data, manifest)
+
+
+def _shard_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
+    """What is wrong with a shard manifest's shape, bounded by the run's own results.json: a
+    count beyond MAX_SHARDS or item counts beyond the task's documents would make the merge
+    loop for minutes or run out of memory. None when it is fine."""
+    index, count = info["index"], info["count"]
+    if not (is_int(count) and 1 <= count <= MAX_SHARDS):
+        return f"count is {short(count)}, expected 1 to {MAX_SHARDS}"
+    if not (is_int(index) and 1 <= index <= count):
+        return f"index is {short(index)}, expected 1 to {count}"
+    items, docs = info["items"], info["docs"]
+    if not isinstance(items, dict) or set(items) != set(data.get("configs") or {}):
+        return f"items is {short(items)}, expected the item count of each of the run's tasks"
+    for task, n in items.items():
+        original = ((data.get("n-samples") or {}).get(task) or {}).get("original")
+        if not (is_int(n) and 0 <= n <= (original if is_int(original) else 0)):
+            return f"items[{task}] is {short(n)}, expected at most the task's {original} documents"
+    if not isinstance(docs, dict) or not set(docs) <= set(items):
+        return f"docs is {short(docs)}, expected the document range of each task"
+    for task, rng in docs.items():
+        if not (isinstance(rng, list) and len(rng) == 2 and all(is_int(x) for x in rng)
+                and 0 <= rng[0] <= rng[1] <= items[task]):
+            return f"docs[{task}] is {short(rng)}, expected [first, end] within the task's {items[task]} items"
+    if not isinstance(info["groups"], dict):
+        return f"groups is {short(info['groups'])}, expected an object"
+    return None
 
 
 def _check_set(shards: list[ShardRun]) -> None:
@@ -167,13 +203,28 @@ def _check_same(shards: list[ShardRun]) -> None:
                 raise GateError(f"{s.folder}: shard {key} differs from {first.folder}; "
                                 "re-run every shard with the same suite")
         for key in _SAME_RESULTS:
-            if s.data.get(key) != first.data.get(key):
+            if _comparable(key, s.data.get(key)) != _comparable(key, first.data.get(key)):
                 raise GateError(f"{s.results_file}: {key} differs from {first.results_file}; "
                                 "merge shards of one model, suite and settings")
         for key in _SAME_CONFIG:
             if (s.data.get("config") or {}).get(key) != (first.data.get("config") or {}).get(key):
                 raise GateError(f"{s.results_file}: config.{key} differs from {first.results_file}; "
                                 "merge shards of one model, suite and settings")
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """A results.json field as shards must agree on it: a task config's ``metadata.config_source``
+    is where its YAML was on that runner (another checkout path, or the base commit's tree in a
+    temporary folder), not what it measures."""
+    if key != "configs" or not isinstance(value, dict):
+        return value
+    out = {}
+    for task, cfg in value.items():
+        meta = cfg.get("metadata") if isinstance(cfg, dict) else None
+        if isinstance(meta, dict) and "config_source" in meta:
+            cfg = {**cfg, "metadata": {k: v for k, v in meta.items() if k != "config_source"}}
+        out[task] = cfg
+    return out
 
 
 def _merge_task(shards: list[ShardRun], task: str) -> list[tuple[str, dict[str, Any]]]:

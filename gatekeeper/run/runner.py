@@ -40,21 +40,17 @@ from gatekeeper import __version__
 from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
 from gatekeeper.results.layout import MANIFEST_NAME
-from gatekeeper.run import backends, hardware, packages
+from gatekeeper.run import backends, cache, hardware, packages
 from gatekeeper.run import progress as progress_lines
 from gatekeeper.run.backends import BackendPlan
+from gatekeeper.run.environment import evaluation_env
 from gatekeeper.run.shard import Shard, selection
-from gatekeeper.suite import names
+from gatekeeper.suite import names, taskcode
 from gatekeeper.suite.names import Produced, RunPlan
-from gatekeeper.suite.suite import Suite
+from gatekeeper.suite.suite import Suite, local_data_files
+from gatekeeper.text import redact, redact_url
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-# Config and tokenizer files that change what the model computes; hashed with the weights.
-MODEL_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "vocab.txt",
-    "merges.txt", "chat_template.jinja", "chat_template.json",
-)
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -95,6 +91,9 @@ class RunManifest:
     backend_versions: dict[str, str] = field(default_factory=dict)
     model_args: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] | None = None
+    # sha256 of every file the suite's tasks are built from (suite/taskcode.py), by path
+    # relative to the suite's folder; lm-eval's bundled tasks under lm_eval/tasks/.
+    task_files: dict[str, str] = field(default_factory=dict)
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -109,6 +108,8 @@ class _Settings:
     chat_template: bool
     backend: BackendPlan
     cache: Path | None = None  # lm-eval's use_cache path (it appends "_rank0.db")
+    cache_id: str = ""  # what the cache's entries are signed for (cache.identity)
+    cache_key: bytes = b""  # the runner's secret (cache.secret_key)
 
 
 def run_suite(
@@ -168,11 +169,13 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
     files = hash_model_files(local) if local is not None else {}
     if cache_dir is not None:
         settings.cache = request_cache_path(Path(cache_dir), suite, settings, files, model)
+        settings.cache_key = cache.secret_key()
         log(f"request cache: {settings.cache}_rank0.db")
     with _quiet_output(log, t0):
         task_manager = _task_manager(suite, settings.model_args)
         top, leaves, groups = _load_tasks(suite, task_manager)
         plan = task_plan(leaves, groups, settings.limit)
+        plan.task_files = task_files(suite, task_manager, leaves)
         names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
         if preflight is not None:
             preflight(plan)
@@ -181,7 +184,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             settings.device = _resolve_device(settings.device)
             log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
         else:
-            log(f"backend: {settings.backend.name}" + (f" at {settings.backend.args['base_url']}"
+            log(f"backend: {settings.backend.name}" + (f" at {redact_url(str(settings.backend.args['base_url']))}"
                                                       if settings.backend.served else ""))
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
     try:
@@ -215,8 +218,9 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             shard=picked,
             backend=settings.backend.name,
             backend_versions=backends.versions(settings.backend.name),
-            model_args=backends.public_args(settings.backend.args),
+            model_args=redact(backends.public_args(settings.backend.args)),
             cache=None if settings.cache is None else {"path": f"{settings.cache}_rank0.db"},
+            task_files=plan.task_files,
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:
@@ -306,7 +310,9 @@ def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]]
     groups: dict[str, list[str]] = {}
     for spec in suite.tasks:
         try:
-            loaded = tm.load([spec.name])
+            loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
+        except GateError:
+            raise
         except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from YAML, datasets, jinja
             raise GateError(f"{suite.path}: task {spec.name!r} failed to load: {_one_line(exc)}") from None
         if spec.name in loaded["groups"]:
@@ -322,6 +328,24 @@ def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]]
             leaves[name] = (task, spec)
         groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
     return top, leaves, groups
+
+
+def _with_dataset(tm: Any, spec: Any, suite: Suite) -> dict[str, Any]:
+    """The task's own config (its YAML with includes and ``!function``s resolved, as lm-eval
+    builds it) with the suite's ``dataset`` in place of the YAML's: lm-eval 0.4.13 takes such a
+    dict as an inline task. Only a task, not a group or tag, has one dataset."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = tm.task_index.get(spec.name)
+    if entry is None or entry.yaml_path is None or entry.kind.name != "TASK":
+        what = entry.kind.name.lower() if entry is not None else "unknown task"
+        raise GateError(f"{suite.path}: tasks {spec.name}: dataset applies to one task defined by a YAML, and "
+                        f"{spec.name!r} is a {what}; set it on each of its tasks")
+    cfg = dict(load_yaml(entry.yaml_path, resolve_func=True))
+    cfg.pop("custom_dataset", None)
+    cfg.update(dataset_path=spec.dataset["path"], dataset_name=spec.dataset.get("name"),
+               dataset_kwargs=dict(spec.dataset.get("kwargs") or {}))
+    return cfg
 
 
 def task_plan(leaves: dict[str, tuple[Any, Any]], groups: dict[str, list[str]], cli_limit: Any) -> RunPlan:
@@ -401,7 +425,8 @@ def request_cache_path(cache_dir: Path, suite: Suite, s: _Settings, files: dict[
         "backend": s.backend.name,
         "model_args": {k: v for k, v in s.backend.args.items() if k not in _CACHE_NEUTRAL},
     }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    digest = cache.identity(key["model_files"], key["suite_hash"], key["lm_eval"], key["backend"], key["model_args"])
+    s.cache_id = digest
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -458,8 +483,10 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     limit, samples = _limits(leaves, s.limit, get_sample_size) if docs is None else (None, docs)
     tracker = EvaluationTracker(output_path=str(tmp))
     seeds = suite.seeds
+    caching = cache.safe_caching(s.cache_id, s.cache_key) if s.cache is not None else contextlib.nullcontext()
     try:
-        with _known_noise(), _progress(s.backend.name, log, t0), _empty_answers() as empty:
+        with (evaluation_env(s.backend.name), caching, _known_noise(), _progress(s.backend.name, log, t0),
+              _empty_answers() as empty):
             results = lm_eval.simple_evaluate(
                 model=s.backend.name,
                 model_args=dict(s.model_args),
@@ -483,11 +510,12 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     except GateError:
         raise
     except Exception as exc:  # noqa: BLE001 - surface lm-eval / model failures as one line
-        raise GateError(f"lm-eval failed while evaluating {s.model_args['pretrained']}: {_one_line(exc)}") from None
+        raise GateError(f"lm-eval failed while evaluating {s.model_args['pretrained']}: "
+                        f"{redact_url(_one_line(exc))}") from None
     if results is None:
         raise GateError("lm-eval returned no results (not rank 0?)")
     if empty.count:
-        raise GateError(f"{s.backend.args.get('base_url', s.backend.name)}: the endpoint answered {empty.count} "
+        raise GateError(f"{redact_url(str(s.backend.args.get('base_url', s.backend.name)))}: the endpoint answered {empty.count} "
                         "request(s) with null content, which lm-eval scores as empty text; no verdict on "
                         "partial answers: check the server's logs and generation limits, then re-run")
     samples_out = results.pop("samples")
@@ -497,6 +525,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
         tracker.save_results_samples(task_name=task_name, samples=samples_out[task_name])
     produced = tmp / str(tracker.general_config_tracker.model_name_sanitized)
     results_file = _verify_output(produced, results)
+    _redact_results(results_file)
     for task in sorted(results["configs"]):
         n = results.get("n-samples", {}).get(task, {})
         log(f"[{time.perf_counter() - t0:7.1f}s] {task}: {n.get('effective', '?')}/{n.get('original', '?')} items done")
@@ -804,14 +833,60 @@ def _quiet_output(log: Log, t0: float) -> Iterator[None]:
 
 
 def hash_model_files(folder: Path) -> dict[str, str]:
-    """{file name: sha256} for weight, config and tokenizer files at the top of a checkpoint."""
+    """{path relative to the checkpoint: sha256} of every file of the checkpoint folder: weights,
+    shard index, tokenizer, configs, remote code, adapters. Everything that can change an answer
+    is in the manifest and in the request cache's identity (a checkpoint that differs only in
+    ``model.safetensors.index.json`` answers differently)."""
     out = {}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and (path.name.endswith(WEIGHT_SUFFIXES) or path.name in MODEL_FILES):
-            out[path.name] = sha256_file(path)
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if name.startswith(".") or not path.is_file():
+                continue
+            out[path.relative_to(folder).as_posix()] = sha256_file(path)
     if not any(name.endswith(WEIGHT_SUFFIXES) for name in out):
         raise GateError(f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.gguf) in the model directory")
     return out
+
+
+def task_files(suite: Suite, tm: Any, leaves: dict[str, tuple[Any, Any]]) -> dict[str, str]:
+    """The task code's identity (``suite.taskcode``): every file under the include_path (named
+    ``<its folder's name>/<path inside it>``, wherever the suite file is), the local data files
+    of ``dataset:`` overrides (relative to the suite's folder), and for lm-eval's bundled tasks
+    the files beside each task's YAML (its includes and ``utils.py``), under ``lm_eval/tasks/``."""
+    out: dict[str, str] = {}
+    suite_dir = Path(suite.path).parent.resolve()
+    if suite.include_path is not None:
+        out.update(taskcode.include_hashes(Path(suite.include_path)))
+    import lm_eval.tasks  # lazily, as everywhere in this module: lm-eval only where it runs
+
+    for spec in suite.tasks:  # the documents are what is measured too
+        for path in local_data_files(((spec.dataset or {}).get("kwargs") or {}).get("data_files")):
+            rel = os.path.relpath(path, suite_dir).replace(os.sep, "/")
+            out[rel] = taskcode.file_hash(Path(path))
+    bundled = Path(lm_eval.tasks.__file__).parent
+    for name in sorted(leaves):
+        entry = tm.task_index.get(name)
+        yaml_path = Path(entry.yaml_path) if entry is not None and entry.yaml_path else None
+        if yaml_path is None or bundled not in yaml_path.parents:
+            continue
+        folder = yaml_path.parent
+        rel = folder.relative_to(bundled).as_posix()
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
+                out[f"lm_eval/tasks/{rel}/{path.name}"] = taskcode.file_hash(path)
+    return dict(sorted(out.items()))
+
+
+def _redact_results(results_file: Path) -> None:
+    """Rewrite lm-eval's results.json without credentials (``auth_token``, a ``base_url``'s
+    ``?api-key=``): lm-eval writes the model arguments into its config and into every task's
+    metadata, and this file is kept, copied into baselines and uploaded as an artifact."""
+    data = json.loads(results_file.read_text(encoding="utf-8"))
+    clean = redact(data)
+    if clean != data:
+        write_json_atomic(results_file, clean)
 
 
 def sha256_file(path: Path) -> str:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from gatekeeper.errors import GateError
 
+# One shard per GPU runner: more is a typo (and a merge of 1e9 shard ranges would run for minutes).
+MAX_SHARDS = 1024
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
 
@@ -41,6 +43,8 @@ def parse_shard(text: str) -> Shard:
     index, count = int(m.group(1)), int(m.group(2))
     if count < 1 or not 1 <= index <= count:
         raise GateError(f"--shard {text}: K must be between 1 and N (N >= 1)")
+    if count > MAX_SHARDS:
+        raise GateError(f"--shard {text}: at most {MAX_SHARDS} shards (one per GPU runner)")
     return Shard(index, count)
 
 

@@ -66,6 +66,7 @@ class RunPlan:
     versions: dict[str, Any]  # leaf task -> lm-eval task version
     n_shot: dict[str, int]  # leaf task -> num_fewshot (None read as 0, as lm-eval writes it)
     n_samples: dict[str, dict[str, int]]  # leaf task -> {"original": N, "effective": n}
+    task_files: dict[str, str] = field(default_factory=dict)  # suite.taskcode: the task code's identity
 
 
 @dataclass(frozen=True)

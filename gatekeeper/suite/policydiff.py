@@ -1,4 +1,4 @@
-"""What a pull request changes in the gate policy, for the reviewer (pure, no I/O).
+"""What a pull request changes in the suite and its gate policy, for the reviewer (pure, no I/O).
 
 A pull request is gated with its base commit's policy; the changes it makes to margins,
 gating, alpha or the correction take effect only once merged, so the comment lists them.
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gatekeeper.model import SeriesKey
 from gatekeeper.suite.policy import Policy
+from gatekeeper.suite.suite import fill_defaults
+from gatekeeper.text import redact_url, short
 
 # How readily each correction flags a regression, least first: moving right tightens the gate
 # (Holm is uniformly more powerful than Bonferroni, Benjamini-Hochberg more than Holm).
@@ -85,3 +88,50 @@ def policy_changes(
     if head.rules != base.rules and not per_key:
         out.append(PolicyChange("rules", "changed", f"{len(base.rules)} rules", f"{len(head.rules)} rules"))
     return out
+
+
+def suite_key_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """Every key a pull request changes in the suite document besides the policy (listed by
+    ``policy_changes``): what it measures (tasks, n-shot, limits, model settings, the endpoint),
+    how items are grouped (``cluster``), where files are. Both documents are filled with the
+    defaults; tasks are named, not numbered, and a task added or removed is one line. Values
+    that are URLs show no credentials."""
+    b, h = fill_defaults(base), fill_defaults(head)
+    b_tasks, h_tasks = _tasks(b), _tasks(h)
+    out = [f"tasks[{name}]: {'added' if name in h_tasks else 'removed'}"
+           for name in sorted(set(b_tasks) ^ set(h_tasks))]
+    flat_b = _flat({**_top(b), "tasks": {n: t for n, t in b_tasks.items() if n in h_tasks}})
+    flat_h = _flat({**_top(h), "tasks": {n: t for n, t in h_tasks.items() if n in b_tasks}})
+    for key in sorted(set(flat_b) | set(flat_h)):
+        if flat_b.get(key, _ABSENT) != flat_h.get(key, _ABSENT):
+            out.append(f"{key}: {_show(flat_b.get(key, _ABSENT))} → {_show(flat_h.get(key, _ABSENT))}")
+    return out
+
+
+_ABSENT = object()
+
+
+def _top(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in ("policy", "tasks")}
+
+
+def _tasks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: {k: v for k, v in t.items() if k not in ("name", "metrics")} for t in doc["tasks"]}
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            name = f"{prefix}[{k}]" if prefix == "tasks" else (f"{prefix}.{k}" if prefix else str(k))
+            out.update(_flat(v, name))
+        return out
+    return {prefix: value}
+
+
+def _show(value: Any) -> str:
+    if value is _ABSENT:
+        return "absent"
+    if isinstance(value, str):
+        return short(redact_url(value), 80)
+    return short(value, 80)

@@ -19,6 +19,7 @@ import copy
 import difflib
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -69,6 +70,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "gen_kwargs": None,
     "repeats": None,
     "cluster": None,
+    "dataset": None,
     "metrics": None,
 }
 METRIC_DEFAULTS: dict[str, Any] = {"filter": "*", "margin": None, "gate": True}
@@ -99,6 +101,10 @@ class TaskSpec:
     repeats: int | None = None
     cluster: str | None = None
     metrics: list[dict] = field(default_factory=list)
+    # Where the task's documents come from instead of its YAML's dataset (a local copy, a private
+    # mirror): {"path": ..., "name": ..., "kwargs": {"data_files": ...}}, local data files
+    # resolved against the suite's folder. Part of what is measured (hashed).
+    dataset: dict | None = None
 
 
 @dataclass
@@ -157,6 +163,8 @@ def suite_hash(data: dict) -> str:
     for task in doc["tasks"]:
         for key in _UNHASHED_TASK:
             task.pop(key, None)
+        if task.get("dataset") is None:  # hashed only when set: older suites keep their hash
+            task.pop("dataset", None)
     return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
 
 
@@ -300,7 +308,9 @@ def _semantic_errors(data: dict, root: yaml.Node | None, path: Path) -> list[tup
 
 
 def _build(doc: dict, path: Path) -> Suite:
-    base = path.parent.resolve()
+    # Lexical paths: a symlink in the checkout must not choose which file is the baseline or the
+    # task folder (a pull request controls the checkout's links).
+    base = Path(os.path.abspath(path.parent))
     tasks = [
         TaskSpec(
             name=t["name"],
@@ -310,6 +320,7 @@ def _build(doc: dict, path: Path) -> Suite:
             repeats=None if t["repeats"] is None else int(t["repeats"]),
             cluster=t["cluster"],
             metrics=list(t["metrics"] or []),
+            dataset=_dataset(t["dataset"], base),
         )
         for t in doc["tasks"]
     ]
@@ -317,14 +328,43 @@ def _build(doc: dict, path: Path) -> Suite:
         name=doc["name"],
         path=path,
         lm_eval_version=doc["lm_eval_version"],
-        include_path=None if doc["include_path"] is None else (base / doc["include_path"]).resolve(),
-        baseline_path=(base / doc["baseline"]).resolve(),
+        include_path=None if doc["include_path"] is None else Path(os.path.normpath(base / doc["include_path"])),
+        baseline_path=Path(os.path.normpath(base / doc["baseline"])),
         model=doc["model"],
         seeds=doc["seeds"],
         policy=_policy(doc, path),
         tasks=tasks,
         hash=suite_hash(doc),
     )
+
+
+def _dataset(value: dict | None, base: Path) -> dict | None:
+    """The task's dataset override with every local data file as an absolute path: lm-eval reads
+    a relative ``data_files`` against the process's working directory, the suite means its own
+    folder."""
+    if value is None:
+        return None
+    kwargs = dict(value.get("kwargs") or {})
+    if "data_files" in kwargs:
+        kwargs["data_files"] = _map_files(kwargs["data_files"], lambda p: str(Path(os.path.normpath(base / p))))
+    return {"path": value["path"], "name": value.get("name"), "kwargs": kwargs}
+
+
+def local_data_files(data_files: Any) -> list[str]:
+    """The local paths in a ``data_files`` value (a string, a list, or a split -> either mapping)."""
+    found: list[str] = []
+    _map_files(data_files, lambda p: found.append(p) or p)
+    return found
+
+
+def _map_files(value: Any, fn: Any) -> Any:
+    if isinstance(value, str):
+        return value if "://" in value else fn(value)
+    if isinstance(value, list):
+        return [_map_files(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_files(v, fn) for k, v in value.items()}
+    return value
 
 
 def _limit(value: Any) -> int | float | None:

@@ -1,0 +1,137 @@
+"""The copyable workflows in docs/workflows/ work when copied: their steps are read from the YAML
+and executed in order as a runner would (tests/test_fork_split.py's ``Runner``: action steps as
+``python -m gatekeeper.action`` with their inputs, ``run:`` steps with bash, as the runner's
+non-root user on the host or as root in a job container, upload-artifact's file rules), on a
+real git repository whose pull request adds the demo's regressed checkpoint, against the
+loopback GitHub.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.github_server import FakeGitHub
+from tests.test_fork_split import EXAMPLES, PR, REPO, WORKFLOWS, Runner, _own, git
+
+pytestmark = pytest.mark.lmeval
+
+
+def _jobs(name: str) -> dict:
+    return yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))["jobs"]
+
+
+@pytest.fixture
+def repo():
+    """A checkout of a repository whose main holds the demo suite, tasks and baseline, and whose
+    branch `pr` adds checkpoints/candidate (the regressed checkpoint); checked out at `pr`.
+    Yields (workspace, base commit, head commit, artifacts folder)."""
+    home = Path(tempfile.mkdtemp(prefix="gatekeeper-wf-"))
+    home.chmod(0o755)
+    ws = home / "ws"
+    ws.mkdir()
+    shutil.copy(EXAMPLES / "gatekeeper.yaml", ws / "gatekeeper.yaml")
+    shutil.copytree(EXAMPLES / "tasks", ws / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(EXAMPLES / ".gatekeeper", ws / ".gatekeeper")
+    git(ws, "init", "-q", "-b", "main")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "main")
+    base = git(ws, "rev-parse", "HEAD")
+    git(ws, "update-ref", "refs/remotes/origin/main", base)  # what fetch-depth: 0 gives
+    git(ws, "checkout", "-q", "-b", "pr")
+    shutil.copytree(EXAMPLES / "checkpoints" / "regressed", ws / "checkpoints" / "candidate")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "pr: a new checkpoint")
+    head = git(ws, "rev-parse", "HEAD")
+    _own(ws)
+    (home / "artifacts").mkdir()
+    yield ws, base, head, home / "artifacts"
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _pr_payload(base: str, head: str) -> dict:
+    return {"pull_request": {"number": PR, "head": {"sha": head, "repo": {"full_name": REPO}},
+                             "base": {"sha": base, "repo": {"full_name": REPO}}},
+            "repository": {"full_name": REPO, "default_branch": "main"}}
+
+
+def _pr_context(base: str) -> dict[str, str]:
+    return {"github.event.pull_request.number": str(PR), "github.event.pull_request.base.sha": base}
+
+
+def test_pull_request_workflow_fails_the_regressed_pr_and_keeps_its_report(repo, gh: FakeGitHub):
+    ws, base, head, artifacts = repo
+    (job,) = _jobs("pull-request.yml").values()
+    runner = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, context=_pr_context(base))
+    last = runner.job(job["steps"], artifacts)
+    assert runner.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    (body,) = gh.comment_bodies(PR)
+    assert body.startswith("### ❌") and "demo\\_capitals\\_mc" in body
+    assert json.loads((artifacts / "gatekeeper-report" / "gatekeeper-report.json").read_text())["verdict"] == "fail"
+
+
+def test_pull_request_workflow_does_not_add_a_second_error_when_the_gate_errs(repo, gh: FakeGitHub):
+    ws, base, head, artifacts = repo
+    (job,) = _jobs("pull-request.yml").values()
+    for step in job["steps"]:
+        if step.get("id") == "gate":
+            step["with"]["suite"] = "missing.yaml"
+    runner = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, context=_pr_context(base))
+    last = runner.job(job["steps"], artifacts)
+    assert last.returncode == 2 and runner.skipped == ["Keep the report"]
+    assert not (artifacts / "gatekeeper-report").exists()
+
+
+def test_gpu_job_container_workflow_evaluates_with_the_base_commits_tasks(repo, gh: FakeGitHub):
+    ws, base, head, artifacts = repo
+    marker = ws.parent / "pr-task-code-ran"
+    loaders = ws / "tasks" / "loaders.py"
+    loaders.write_text(loaders.read_text() + f"\nopen({str(marker)!r}, 'w').close()\n")  # the PR's task code
+    (job,) = _jobs("gpu-job-container.yml").values()
+    runner = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, context=_pr_context(base),
+                    container=True)
+    last = runner.job(job["steps"], artifacts)
+    assert runner.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    assert not marker.exists()
+    assert gh.comment_bodies(PR)[0].startswith("### ❌")
+
+
+def test_sharded_workflow_gates_the_merged_shards_of_the_base_suite(repo, gh: FakeGitHub):
+    ws, base, head, artifacts = repo
+    jobs = _jobs("sharded.yml")
+    shards = jobs["shard"]["strategy"]["matrix"]["shard"]
+    for k in shards:
+        job_ws = ws.parent / f"shard-{k}"
+        shutil.copytree(ws, job_ws, symlinks=True)  # each matrix job has its own checkout
+        runner = Runner(job_ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, container=True,
+                        context={**_pr_context(base), "matrix.shard": str(k), "strategy.job-total": str(len(shards))})
+        runner.job(jobs["shard"]["steps"], artifacts)
+        assert not runner.failed, [p.stdout[-2000:] + p.stderr[-2000:] for p in runner.results]
+    assert sorted(p.name for p in artifacts.iterdir()) == [f"gatekeeper-shard-{k}" for k in shards]
+    gate = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, container=True,
+                  context=_pr_context(base))
+    last = gate.job(jobs["gate"]["steps"], artifacts)
+    assert gate.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    assert gh.comment_bodies(PR)[0].startswith("### ❌")
+    kept = artifacts / "gatekeeper-merged"
+    assert (kept / "gatekeeper-report.json").is_file() and list(kept.glob("*/results_*.json"))
+
+
+def test_checkpoint_push_to_a_branch_is_gated_against_main(repo, gh: FakeGitHub):
+    ws, base, head, artifacts = repo
+    gh.add_pr(PR, head)
+    (job,) = _jobs("checkpoint-push.yml").values()
+    payload = {"ref": "refs/heads/pr", "before": base, "after": head,
+               "commits": [{"added": ["checkpoints/candidate/model.safetensors", "checkpoints/candidate/config.json"],
+                            "modified": [], "removed": []}],
+               "repository": {"full_name": REPO, "default_branch": "main"}}
+    runner = Runner(ws, "push", payload, gh.url, sha=head, ref="refs/heads/pr")
+    last = runner.job(job["steps"], artifacts)
+    assert last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    assert [(s["state"], s["context"]) for s in gh.statuses] == [("failure", "gatekeeper/demo")]
+    assert f"from the base commit {base[:7]}" in gh.comment_bodies(PR)[0].replace("\\", "")
