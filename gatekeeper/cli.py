@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -112,6 +113,7 @@ def _policy_from_args(args: argparse.Namespace):
         policy.alpha = args.alpha
     if args.margin is not None:
         policy.margin = args.margin
+        policy.margin_where = "--margin"
     if args.correction is not None:
         policy.correction = args.correction
     if args.resamples is not None:
@@ -244,6 +246,36 @@ def cmd_gate(args: argparse.Namespace) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from gatekeeper.suite.scaffold import plan
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise GateError(f"{out}: --out is a file, expected a folder")
+    tasks = [t.strip() for t in (args.tasks or "").split(",") if t.strip()]
+    written = plan(tasks, args.new_task, name=args.name or _default_name(out), include_path=args.include_path,
+                   model=args.model, out=out, workflow=not args.no_workflow).files
+    # Nothing is written over: a file that exists stops everything before the first write.
+    existing = [p for p in written if (out / p).exists()]
+    if existing:
+        raise GateError(f"{out / existing[0]}: already exists; gatekeeper init never writes over a file "
+                        f"(move it away, or pass --out to write elsewhere)")
+    for rel, text in written.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out / rel, text.encode("utf-8"), exclusive=True)
+        _out(f"wrote {out / rel}")
+    _out(f"next: record the first baseline on the runner that will gate, then commit it:\n"
+         f"  gatekeeper gate --suite {out / 'gatekeeper.yaml'} --model BASE_CHECKPOINT --record-missing\n"
+         "then docs/zero-to-green.md from step 5")
+    return EXIT_OK
+
+
+def _default_name(out: Path) -> str:
+    """The folder's name as a suite name (lowercase; other characters become '-')."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", Path(os.path.abspath(out)).name.lower()).strip("-.")
+    return name or "suite"
+
+
 def cmd_baseline(args: argparse.Namespace) -> int:
     from gatekeeper.baseline import store
     from gatekeeper.gate import promote_run, record_run
@@ -372,6 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
     _add_from_commit(p)
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("init", help="write a suite, task templates and a pull-request workflow")
+    p.add_argument("--tasks", metavar="T1,T2", help="lm-eval tasks, groups or tags to gate (bundled, or in "
+                   "--include-path); each must exist")
+    p.add_argument("--new-task", action="append", default=[], metavar="NAME",
+                   help="write a multiple-choice task template NAME (and a data file) to fill in; repeatable")
+    p.add_argument("--include-path", help="folder of your task YAMLs, relative to --out (default: tasks, "
+                   "when --new-task writes one)")
+    p.add_argument("--name", help="suite name (default: the --out folder's name)")
+    p.add_argument("--model", default="checkpoints/candidate",
+                   help="where pull requests put the checkpoint, relative to the repository (for the workflow)")
+    p.add_argument("--out", default=".", help="folder to write into, the repository root (default: .)")
+    p.add_argument("--no-workflow", action="store_true", help="do not write .github/workflows/gatekeeper.yml")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("merge", help="join the N folders of `run --shard K/N` into one run")
     p.add_argument("--out", required=True, help="output directory for the merged run")

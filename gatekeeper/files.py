@@ -172,13 +172,32 @@ def _acquire(fd: int, folder: Path, timeout: float) -> None:
 # repository's root; any other absolute path keeps only its last component.
 
 
-def portable_path(value: str) -> str:
-    """``value`` relative to the git repository containing it, or its name when outside one;
-    relative paths and anything that is not an absolute path are returned unchanged."""
+def portable_path(value: str, project: Path | None = None) -> str:
+    """``value`` as a baseline and a report write it, with no absolute path of this machine:
+    relative to ``project`` (default: the git repository of the working directory, else the
+    working directory) when inside it; else ``<repository folder>/<path in it>`` for a file in
+    another git repository, or just its name. Relative paths and anything that is not an
+    absolute path are returned unchanged."""
     if not isinstance(value, str) or not value.startswith("/") or "\n" in value:
         return value
     path = Path(os.path.normpath(value))
+    root = project if project is not None else project_root()
+    if root is not None and (path == root or root in path.parents):
+        return path.relative_to(root).as_posix() if path != root else path.name
     for parent in path.parents:
         if parent != Path(parent.anchor) and (parent / ".git").exists():
-            return path.relative_to(parent).as_posix()
+            return f"{parent.name}/{path.relative_to(parent).as_posix()}"
     return path.name or value
+
+
+def project_root(start: Path | None = None) -> Path | None:
+    """The git repository holding ``start`` (default: the working directory), its top folder;
+    else ``start`` itself."""
+    try:
+        here = Path(os.path.abspath(start if start is not None else os.getcwd()))
+    except OSError:
+        return None
+    for folder in (here, *here.parents):
+        if folder != Path(folder.anchor) and (folder / ".git").exists():
+            return folder
+    return here

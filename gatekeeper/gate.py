@@ -28,6 +28,7 @@ from typing import Any
 
 from gatekeeper import report
 from gatekeeper.baseline import store
+from gatekeeper.compare import margins
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
@@ -86,6 +87,10 @@ def run_gate(
     def preflight(plan: RunPlan) -> None:
         if stored is not None:
             check_baseline_before(stored, suite, plan)
+            # A margin no drop can exceed is refused before the GPU time is spent, not after.
+            unreachable = margins.unreachable(stored, policy or suite.policy)[0]
+            if unreachable:
+                raise GateError(margins.refusal(unreachable))
 
     run_dir = runner.run_suite(suite, model, Path(out_dir), revision=revision, device=device, log=log,
                                preflight=preflight)

@@ -135,6 +135,10 @@ class RunResults:
     def tasks(self) -> list[str]:
         return sorted({k.task for k in self.series})
 
+    def parents(self, task: str) -> tuple[str, ...]:
+        """The groups ``task`` belongs to (a policy rule for a group applies to its subtasks)."""
+        return tuple(sorted(g for g, subs in self.group_subtasks.items() if task in subs))
+
 
 def is_int(v: Any) -> bool:
     """A JSON integer (``True`` is an int to Python, not to a file format)."""

@@ -42,7 +42,7 @@ def test_empty_directory(tmp_path):
 
 def test_no_results_file(good_copy):
     results_path(good_copy).unlink()
-    _fails(good_copy, re.escape(str(good_copy)) + r": no results_\*\.json here or in a model subfolder")
+    _fails(good_copy, re.escape(str(good_copy)) + r": no results_\*\.json here, in a model subfolder \(<out>/<model>/\) or one level below that")
 
 
 def test_truncated_results_json(good_copy):

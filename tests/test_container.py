@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +31,9 @@ pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE_DOCKER = Path(os.environ.get("GATEKEEPER_OFFLINE_DOCKER") or REPO.parent / "shared" / "tools" / "offline-docker.sh")
 BASE_IMAGE = "python:3.11-slim"
-IMAGE = "gatekeeper-action:test"
+# One tag per test session: two sessions on one daemon (two checkouts, a CI run beside a
+# developer's) never run each other's image; the tag is removed at the end (its layers stay cached).
+IMAGE = f"gatekeeper-action:test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 TOKEN = "ghs_containerTestToken0123456789"
 REPO_NAME = "octo/repo"
 HEAD_SHA = "a" * 40
@@ -81,7 +85,7 @@ def _ensure_base_image(tmp: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def image(tmp_path_factory) -> str:
+def image(tmp_path_factory) -> Iterator[str]:
     _ensure_docker()
     if not (REPO / "README.md").is_file():
         pytest.fail("README.md is missing; the image installs the package, whose metadata needs it")
@@ -92,7 +96,8 @@ def image(tmp_path_factory) -> str:
                 env=dict(os.environ, DOCKER_BUILDKIT="0"))
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     print(f"\ndocker build: {time.monotonic() - started:.0f} s")
-    return IMAGE
+    yield IMAGE
+    _sh(["docker", "image", "rm", IMAGE], 120)
 
 
 # -- the image itself ----------------------------------------------------------------------------

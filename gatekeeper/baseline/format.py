@@ -51,9 +51,11 @@ HASH_CHARS = 16  # 64 bits per item hash: collisions are irrelevant at any reali
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def encode(results: RunResults, *, suite_name: str | None, suite_hash: str | None) -> bytes:
-    """The bytes of a baseline file: equal results give equal bytes (sorted keys, gzip mtime 0)."""
-    doc = to_document(results, suite_name=suite_name, suite_hash=suite_hash)
+def encode(results: RunResults, *, suite_name: str | None, suite_hash: str | None,
+           project: Path | None = None) -> bytes:
+    """The bytes of a baseline file: equal results give equal bytes (sorted keys, gzip mtime 0).
+    ``project``: the repository the file is written into (paths are made relative to it)."""
+    doc = to_document(results, suite_name=suite_name, suite_hash=suite_hash, project=project)
     return gzip.compress(_dump(doc).encode("utf-8"), compresslevel=9, mtime=0)
 
 
@@ -95,8 +97,9 @@ def is_baseline_file(path: Path) -> bool:
     return head.startswith("{") and f'"format":"{FORMAT}"' in head
 
 
-def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str | None) -> dict:
-    prov = _portable_provenance(asdict(results.provenance))
+def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str | None,
+                project: Path | None = None) -> dict:
+    prov = _portable_provenance(asdict(results.provenance), project)
     if suite_hash is not None:
         prov["suite_hash"] = suite_hash
     body = {
@@ -198,27 +201,27 @@ def _series_from(s: dict) -> MetricSeries:
 _PATH_KEYS = ("model_path", "model", "suite_path", "out", "results_file", "run_dir")
 
 
-def _portable_provenance(prov: dict) -> dict:
+def _portable_provenance(prov: dict, project: Path | None = None) -> dict:
     prov = dict(prov)
     for key in ("source", "model_name"):
         if isinstance(prov.get(key), str):
-            prov[key] = portable_path(prov[key])
+            prov[key] = portable_path(prov[key], project)
     manifest = prov.get("manifest")
     if isinstance(manifest, dict):
         manifest = dict(manifest)
         for key in _PATH_KEYS:
             if isinstance(manifest.get(key), str):
-                manifest[key] = portable_path(manifest[key])
+                manifest[key] = portable_path(manifest[key], project)
         if isinstance(manifest.get("command"), list):
-            manifest["command"] = [_portable_arg(a) for a in manifest["command"]]
+            manifest["command"] = [_portable_arg(a, project) for a in manifest["command"]]
         prov["manifest"] = manifest
     return prov
 
 
-def _portable_arg(arg: Any) -> Any:
+def _portable_arg(arg: Any, project: Path | None = None) -> Any:
     if isinstance(arg, str) and arg.endswith(("gatekeeper/__main__.py", "/gatekeeper")) and arg.startswith("/"):
         return "gatekeeper"  # argv[0] of `python -m gatekeeper` or the console script
-    return portable_path(arg) if isinstance(arg, str) else arg
+    return portable_path(arg, project) if isinstance(arg, str) else arg
 
 
 def max_inflated_bytes(compressed: int) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gatekeeper.baseline import format as fmt
 from gatekeeper.errors import GateError
-from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock
+from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock, project_root
 from gatekeeper.model import RunResults
 from gatekeeper.results.reader import load_run
 from gatekeeper.suite.suite import Suite
@@ -27,7 +27,9 @@ def save_baseline(
     results: RunResults, path: Path, *, suite_name: str | None, suite_hash: str | None
 ) -> None:
     """Write ``results`` as a baseline file, whole or not at all."""
-    atomic_write_bytes(Path(path), fmt.encode(results, suite_name=suite_name, suite_hash=suite_hash))
+    # Paths in it are made relative to the repository the baseline is committed to.
+    project = project_root(Path(path).parent)
+    atomic_write_bytes(Path(path), fmt.encode(results, suite_name=suite_name, suite_hash=suite_hash, project=project))
 
 
 def load_baseline(path: Path) -> RunResults:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gatekeeper.compare import stats
+from gatekeeper.compare import margins, stats
 from gatekeeper.compare.compat import check_compatible, pair_series
 from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Outcome
 from gatekeeper.compare.verdict import Tested, decide, resolution_warnings
@@ -69,10 +69,6 @@ def attach_snippets(outcome: Outcome, per_metric: int = 5) -> None:
             snippets.attach_snippets(run, wanted)
 
 
-def _parents(run: RunResults, task: str) -> tuple[str, ...]:
-    return tuple(sorted(g for g, subs in run.group_subtasks.items() if task in subs))
-
-
 def _real_candidate(test: stats.PairedTest, series: MetricSeries, cand: np.ndarray) -> stats.PairedTest:
     """The test as run on snapped values, reporting the candidate's real aggregate: the report
     promises lm-eval's value of the candidate's samples, not the one after rounding-level items
@@ -97,7 +93,7 @@ def _right_to_wrong(base: np.ndarray, cand: np.ndarray, doc_ids: np.ndarray, hib
 def _refuse_gated_untestable(candidate: RunResults, policy: Policy) -> None:
     """A gated metric that cannot be tested would silently pass: refuse it (fail closed)."""
     gated = [(key, agg) for key, agg in sorted(candidate.untestable.items(), key=lambda kv: str(kv[0]))
-             if policy.lookup(key, _parents(candidate, key.task))[1]]
+             if policy.lookup(key, candidate.parents(key.task))[1]]
     if gated:
         (key, agg), more = gated[0], len(gated) - 1
         if agg.startswith("!function "):
@@ -121,21 +117,94 @@ def compare_runs(
     *,
     suite: str | None = None,
     seed: int = 0,
+    anchor: RunResults | None = None,
 ) -> Outcome:
-    """Compare every series present in both runs. Raises GateError when they are not comparable."""
+    """Compare every series present in both runs. Raises GateError when they are not comparable.
+
+    With ``anchor`` (the reference a person approved, ``baseline/anchor.py``) the candidate is
+    compared with the baseline and with the anchor, as one family: the multiplicity correction
+    runs over the gated comparisons of both, so the chance of any false alarm stays at alpha.
+    A candidate that regressed against the anchor only gets the verdict ``drift``."""
+    differences = _comparable(baseline, candidate, "runs")
+    _refuse_gated_untestable(candidate, policy)
+    unreachable, moot = margins.unreachable(baseline, policy)
+    if unreachable:
+        raise GateError(margins.refusal(unreachable))
+    tested, warnings = _test_pair(baseline, candidate, policy, seed)
+    anchored: list[Tested] = []
+    if anchor is not None:
+        _comparable(anchor, candidate, "the anchor and the candidate")
+        anchored, _ = _test_pair(anchor, candidate, policy, seed)
+
+    family = tested + anchored
+    gated_idx = [i for i, t in enumerate(family) if t.gated]
+    correction = _correction(policy)
+    raw = np.array([family[i].p for i in gated_idx])
+    adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
+    levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
+    # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
+    per_alpha = policy.alpha / max(1, len(gated_idx)) if correction != "none" else policy.alpha
+
+    decided = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
+               for i, t in enumerate(family)]
+    comparisons, anchor_comparisons = decided[:len(tested)], decided[len(tested):]
+    no_power, weak = margins.after_tests(baseline, tested, comparisons, per_alpha, policy)
+    if no_power:
+        raise GateError(margins.refusal(no_power))
+    for c in comparisons:
+        warnings.extend(resolution_warnings(c, per_alpha, policy.test))
+    warnings.extend(moot + weak)
+    notes_rounding = [
+        f"{c.key}: {c.rounded} of {c.test.n} items differed only by rounding "
+        f"(<= {policy.rounding:g} relative) and count as unchanged"
+        for c in comparisons if c.rounded
+    ]
+
+    regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
+    failing = regressions + ([c for c in comparisons if c.gated and c.verdict == INCONCLUSIVE]
+                             if policy.test == "non-inferiority" else [])
+    drifted = [c for c in anchor_comparisons if c.gated and c.verdict == REGRESSED]
+    if not gated_idx:
+        warnings.append("no comparison is gated: the policy marks every metric informational")
+    warnings = list(policy.warnings) + warnings
+    context = [d for d in differences if d.severity != "error"]
+    return Outcome(
+        verdict="fail" if failing else ("drift" if drifted else "pass"),
+        comparisons=comparisons,
+        regressions=regressions,
+        differences=context,
+        warnings=warnings,
+        baseline=baseline,
+        candidate=candidate,
+        policy=policy,
+        suite=suite,
+        notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes]
+        + notes_rounding + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
+            candidate.untestable.items(), key=lambda kv: str(kv[0]))],
+        anchor=anchor,
+        anchor_comparisons=anchor_comparisons,
+        drifted=drifted,
+    )
+
+
+def _comparable(baseline: RunResults, candidate: RunResults, what: str) -> list:
     differences = check_compatible(baseline, candidate)
     errors = [d.message for d in differences if d.severity == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise GateError(f"runs are not comparable: {errors[0]}{more}; all: " + "; ".join(errors))
+        fix = "; pin a new anchor (gatekeeper baseline pin --current --reason ...)" if "anchor" in what else ""
+        raise GateError(f"{what} are not comparable: {errors[0]}{more}{fix}; all: " + "; ".join(errors))
+    return differences
 
-    _refuse_gated_untestable(candidate, policy)
+
+def _test_pair(baseline: RunResults, candidate: RunResults, policy: Policy, seed: int) -> tuple[list[Tested], list[str]]:
+    """The paired test of every series, before the correction across the suite."""
     warnings: list[str] = []
     tested: list[Tested] = []
     for key in sorted(baseline.series, key=str):
         b_series, c_series = baseline.series[key], candidate.series[key]
         base, cand, clusters = pair_series(b_series, c_series, where=f"task {key.task} ({key.metric},{key.filter})")
-        margin, gated = policy.lookup(key, _parents(candidate, key.task))
+        margin, gated = policy.lookup(key, candidate.parents(key.task))
         snapped, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
         try:
             test = stats.paired_test(
@@ -161,46 +230,7 @@ def compare_runs(
         tested.append(Tested(key, gated, margin, hib, test, _decision_p(test, margin, hib, policy), rounded,
                              b_series.aggregation, _binary_pair(base, snapped),
                              _right_to_wrong(base, snapped, b_series.doc_ids, hib), floor))
-
-    gated_idx = [i for i, t in enumerate(tested) if t.gated]
-    correction = _correction(policy)
-    raw = np.array([tested[i].p for i in gated_idx])
-    adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
-    levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
-    # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
-    per_alpha = policy.alpha / max(1, len(gated_idx)) if correction != "none" else policy.alpha
-
-    comparisons = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
-                   for i, t in enumerate(tested)]
-    for c in comparisons:
-        warnings.extend(resolution_warnings(c, per_alpha, policy.test))
-    notes_rounding = [
-        f"{c.key}: {c.rounded} of {c.test.n} items differed only by rounding "
-        f"(<= {policy.rounding:g} relative) and count as unchanged"
-        for c in comparisons if c.rounded
-    ]
-
-    regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
-    failing = regressions + ([c for c in comparisons if c.gated and c.verdict == INCONCLUSIVE]
-                             if policy.test == "non-inferiority" else [])
-    if not gated_idx:
-        warnings.append("no comparison is gated: the policy marks every metric informational")
-    warnings = list(policy.warnings) + warnings
-    context = [d for d in differences if d.severity != "error"]
-    return Outcome(
-        verdict="fail" if failing else "pass",
-        comparisons=comparisons,
-        regressions=regressions,
-        differences=context,
-        warnings=warnings,
-        baseline=baseline,
-        candidate=candidate,
-        policy=policy,
-        suite=suite,
-        notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes]
-        + notes_rounding + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
-            candidate.untestable.items(), key=lambda kv: str(kv[0]))],
-    )
+    return tested, warnings
 
 
 def _decision_p(test: stats.PairedTest, margin: float, hib: bool, policy: Policy) -> float:

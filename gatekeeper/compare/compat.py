@@ -31,7 +31,7 @@ from gatekeeper.files import portable_path
 from gatekeeper.model import MetricSeries, Provenance, RunResults
 from gatekeeper.suite import taskcode
 from gatekeeper.suite.names import RunPlan, from_run
-from gatekeeper.suite.suite import Suite
+from gatekeeper.suite.suite import Suite, hash_changes
 
 # Config keys reported by their own, clearer check (so one change gives one message).
 _CONFIG_KEYS_CHECKED_ELSEWHERE = {"num_fewshot"}
@@ -143,10 +143,32 @@ def check_suite_hash(baseline: RunResults, suite: Suite) -> None:
     if recorded and recorded != suite.hash:
         raise GateError(
             f"{baseline.provenance.source}: baseline was recorded for suite hash {recorded[:12]}, "
-            f"but {suite.path} now has hash {suite.hash[:12]}; the suite changed what it measures, "
-            "so re-record the baseline (gatekeeper baseline promote RUN_DIR --suite ...)"
+            f"but {suite.path} now has hash {suite.hash[:12]} (changed: {_what_changed(baseline.provenance.manifest or {}, suite)}); the suite "
+            "changed what it measures, so re-record the baseline (gatekeeper baseline promote RUN_DIR --suite ...)"
         )
 
+
+def _what_changed(manifest: dict[str, Any], suite: Suite) -> str:
+    """The suite fields that differ from those a run (or baseline) was made with, named."""
+    then = manifest.get("suite_hashed")
+    if isinstance(then, dict) and then:
+        changes = hash_changes(then, suite.hashed)
+    else:  # recorded before manifests kept the hashed fields: compare what the manifest does keep
+        changes = hash_changes(_legacy_view(manifest), _legacy_view(suite.hashed))
+        if not changes:
+            return "a field an older run does not record: the model settings or include_path"
+    return "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
+
+
+_LEGACY_TASK_KEYS = ("name", "num_fewshot", "limit", "gen_kwargs", "repeats", "dataset")
+
+
+def _legacy_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """The hashed fields an older run manifest also holds: lm-eval pin, seeds, per-task settings."""
+    tasks = [t for t in doc.get("tasks") or [] if isinstance(t, dict)]
+    return {"lm_eval_version": doc.get("lm_eval_version"), "seeds": doc.get("seeds"),
+            "tasks": [{k: t.get(k) for k in _LEGACY_TASK_KEYS if k != "dataset" or t.get(k) is not None}
+                      for t in tasks]}
 
 
 def check_run_matches_suite(run: RunResults, suite: Suite, *, what: str = "run", fix: str | None = None) -> None:
@@ -205,7 +227,7 @@ def _run_differences(run: RunResults, suite: Suite, side: str) -> list[str]:
     ran_with = man.get("suite_hash") or prov.suite_hash
     if ran_with and ran_with != suite.hash and not out:
         out.append(f"suite hash {ran_with[:12]} in {side}, {suite.hash[:12]} in the suite "
-                   "(the suite changed what it measures)")
+                   f"(the suite changed what it measures: {_what_changed(man, suite)})")
     return list(dict.fromkeys(out))
 
 
@@ -239,7 +261,7 @@ def baseline_differences(stored: RunResults, suite: Suite, plan: RunPlan) -> lis
     out += _task_code((prov.manifest or {}).get("task_files"), plan.task_files)
     if prov.suite_hash and prov.suite_hash != suite.hash and not out:
         out.append(f"suite hash {prov.suite_hash[:12]} in the baseline, {suite.hash[:12]} in the suite "
-                   "(the suite changed what it measures)")
+                   f"(the suite changed what it measures: {_what_changed(prov.manifest or {}, suite)})")
     return list(dict.fromkeys(out))
 
 

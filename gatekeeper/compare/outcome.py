@@ -63,7 +63,7 @@ class Comparison:
 
 @dataclass
 class Outcome:
-    verdict: str  # "pass" | "fail"
+    verdict: str  # "pass" | "fail" | "drift" (passed against the baseline, regressed against the anchor)
     comparisons: list[Comparison]
     regressions: list[Comparison]
     differences: list[Difference]
@@ -73,6 +73,11 @@ class Outcome:
     policy: Policy
     suite: str | None = None
     notes: list[str] = field(default_factory=list)  # how the inputs were read (newest of 3 runs, ...)
+    # The anchor (baseline/anchor.py) when it differs from the baseline: the candidate against it,
+    # tested in the same family, and the gated comparisons that regressed against it.
+    anchor: RunResults | None = None
+    anchor_comparisons: list[Comparison] = field(default_factory=list)
+    drifted: list[Comparison] = field(default_factory=list)
 
     @property
     def inconclusive(self) -> list[Comparison]:
@@ -93,4 +98,4 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.verdict == "fail" else 0
+        return 1 if self.verdict in ("fail", "drift") else 0

@@ -4,8 +4,9 @@
     DIR/<model_name_sanitized>/samples_<task>_<ts>.jsonl     one per leaf task
     DIR/<model_name_sanitized>/gatekeeper-manifest.json      gatekeeper run only
 
-``find_results_file`` accepts DIR, the model subfolder, one results file, or the ``--out``
-folder of ``gatekeeper run`` (``run-*/<model>/``), and refuses to guess between two runs.
+``find_results_file`` accepts DIR (lm-eval's ``--output_path`` or ``gatekeeper run --out``), the
+model subfolder, one results file, or a folder one level above DIR holding a single run, and
+refuses to guess between two runs.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _results_folder(path: Path) -> tuple[Path, list[str]]:
         return path, []
     found = [p for p in _subfolders(path) if _results_files(p)]
     depth = 1
-    if not found:  # gatekeeper run --out: run-*/<model>/
+    if not found:  # a folder holding one DIR: <folder>/<DIR>/<model>/
         found = [q for p in _subfolders(path) for q in _subfolders(p) if _results_files(q)]
         depth = 2
     if len(found) > 1:
@@ -102,7 +103,7 @@ def _results_folder(path: Path) -> tuple[Path, list[str]]:
         raise GateError(f"{path}: {len(found)} {what} ({shown}); pass one of them")
     if not found:
         raise GateError(
-            f"{path}: no results_*.json here or in a model subfolder, nor in a run-*/<model> folder "
+            f"{path}: no results_*.json here, in a model subfolder (<out>/<model>/) or one level below that "
             "(was lm-eval or gatekeeper run given this output folder, and did it finish?)"
         )
     notes = [f"using {found[0].relative_to(path)} under {path}"] if depth == 2 else []

@@ -87,6 +87,7 @@ class MetricKind:
     rounding = "value"  # "value": 1-D floats; "loglik": column 0 of (ll, count); "none": labels/text
     doc_want = "finite numbers"
     mean_of_diff = False  # score(cand) - score(base) == mean of per-unit differences of column 0
+    score_bounds: dict[str, tuple[float, float]] = {}  # the task score's range, per aggregation
 
     # ------------------------------------------------------------------ reading
     def fast_values(self, aggregation: str, items: list[Any]) -> Any:
@@ -135,6 +136,11 @@ class MetricKind:
         if arr.size and not np.isfinite(arr).all():
             return "a value is not a finite number"
         return None
+
+    def bounds(self, aggregation: str, metric: str, values: np.ndarray) -> tuple[float, float] | None:
+        """The range the task score can take (either end may be infinite), or None when the kind
+        cannot know it. A margin at or beyond it can never be exceeded (compare/reach.py)."""
+        return self.score_bounds.get(aggregation)
 
     # ------------------------------------------------------------------ baseline file
     def to_doc(self, values: np.ndarray) -> list[Any]:
@@ -254,8 +260,21 @@ class MeanKind(MetricKind):
         bad = np.flatnonzero((arr < 0) | (arr > 1))
         return f"{metric} per-item value {arr[bad[0]]!r} is outside [0, 1]" if bad.size else None
 
+    def bounds(self, aggregation: str, metric: str, values: np.ndarray) -> tuple[float, float] | None:
+        return _unit_bounds(metric, values)
+
     def test_name(self, exact: bool) -> str:
         return "exact-sign-flip" if exact else "sign-flip-permutation"
+
+
+def _unit_bounds(metric: str, values: np.ndarray) -> tuple[float, float] | None:
+    """[0, 1] for the right/wrong metrics, and for any metric whose items are all 0 or 1 (a
+    custom scorer of right/wrong answers); other means have no range gatekeeper can know."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[~np.isnan(arr)]
+    if metric in UNIT_RANGE_METRICS or (arr.size and bool(np.isin(arr, (0.0, 1.0)).all())):
+        return (0.0, 1.0)
+    return None
 
 
 # ---------------------------------------------------------------------------------- ratio
@@ -270,6 +289,8 @@ class RatioKind(MetricKind):
     name = "ratio"
     aggregations = ("weighted_perplexity", "bits_per_byte", "perplexity")
     lower_is_better = frozenset(aggregations)
+    score_bounds = {"weighted_perplexity": (1.0, math.inf), "perplexity": (1.0, math.inf),
+                    "bits_per_byte": (0.0, math.inf)}
     rounding = "loglik"
     doc_want = "[loglikelihood, count] pairs"
 
@@ -379,6 +400,8 @@ class CorpusKind(MetricKind):
     name = "corpus"
     aggregations = ("bleu", "chrf", "chrf++", "ter")
     lower_is_better = frozenset({"ter"})
+    # sacrebleu's scores, as lm-eval reports them: 0-100 points (TER has no upper bound).
+    score_bounds = {"bleu": (0.0, 100.0), "chrf": (0.0, 100.0), "chrf++": (0.0, 100.0), "ter": (0.0, math.inf)}
     rounding = "none"
     doc_want = "[reference, prediction] pairs of text"
 
@@ -464,6 +487,7 @@ class ConfusionKind(MetricKind):
 
     name = "confusion"
     aggregations = ("f1", "matthews_corrcoef")
+    score_bounds = {"f1": (0.0, 1.0), "matthews_corrcoef": (-1.0, 1.0)}
     format_version = 2
     rounding = "none"
     doc_want = "[gold, prediction] pairs of integer class labels"
@@ -584,6 +608,7 @@ class BrierKind(MetricKind):
     name = "brier"
     aggregations = ("brier_score",)
     lower_is_better = frozenset(aggregations)
+    score_bounds = {"brier_score": (0.0, 2.0)}  # sum of squared errors of a distribution vs one-hot
     format_version = 2
     mean_of_diff = True
 
@@ -665,6 +690,9 @@ class NanMeanKind(MetricKind):
     def out_of_range(self, metric: str, values: np.ndarray) -> str | None:
         arr = np.asarray(values, dtype=np.float64)
         return "a value is infinite" if np.isinf(arr).any() else None
+
+    def bounds(self, aggregation: str, metric: str, values: np.ndarray) -> tuple[float, float] | None:
+        return _unit_bounds(metric, values)
 
     def to_doc(self, values: np.ndarray) -> list[Any]:
         return [None if math.isnan(v) else float(v) for v in np.asarray(values, dtype=np.float64)]

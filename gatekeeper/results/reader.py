@@ -251,6 +251,9 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
         if files is not None and not (isinstance(files, dict) and all(
                 isinstance(k, str) and (isinstance(v, str) or v is None) for k, v in files.items())):
             return f"{key} is {short(files)}, expected an object of sha256 digests"
+    hashed = manifest.get("suite_hashed")
+    if hashed is not None and not isinstance(hashed, dict):
+        return f"suite_hashed is {short(hashed)}, expected an object (the suite's hashed fields)"
     return None
 
 

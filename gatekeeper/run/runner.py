@@ -39,12 +39,14 @@ from typing import Any
 from gatekeeper import __version__
 from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
+from gatekeeper.results import taskindex
 from gatekeeper.results.layout import MANIFEST_NAME
 from gatekeeper.run import backends, cache, hardware, packages
 from gatekeeper.run import progress as progress_lines
 from gatekeeper.run.backends import BackendPlan
 from gatekeeper.run.environment import evaluation_env
 from gatekeeper.run.shard import Shard, selection
+from gatekeeper.run.taskdata import data_files_beside_yaml
 from gatekeeper.suite import names, taskcode
 from gatekeeper.suite.names import Produced, RunPlan
 from gatekeeper.suite.suite import Suite, local_data_files
@@ -94,6 +96,9 @@ class RunManifest:
     # sha256 of every file the suite's tasks are built from (suite/taskcode.py), by path
     # relative to the suite's folder; lm-eval's bundled tasks under lm_eval/tasks/.
     task_files: dict[str, str] = field(default_factory=dict)
+    # The suite fields suite_hash is the hash of (suite.hashed_document): a later suite whose hash
+    # differs is told which field changed.
+    suite_hashed: dict[str, Any] = field(default_factory=dict)
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -207,7 +212,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             suite_name=suite.name,
             suite_hash=suite.hash,
             suite_path=str(suite.path),
-            tasks=[asdict(t) for t in suite.tasks],
+            tasks=[t.portable() for t in suite.tasks],
             limit=settings.limit,
             hardware=hardware.describe(),
             start=started,
@@ -221,6 +226,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             model_args=redact(backends.public_args(settings.backend.args)),
             cache=None if settings.cache is None else {"path": f"{settings.cache}_rank0.db"},
             task_files=plan.task_files,
+            suite_hashed=suite.hashed,
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:
@@ -239,7 +245,9 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
 def check_lm_eval(suite: Suite) -> str:
     """The installed lm-eval version, which must equal the suite's pin."""
     if importlib.util.find_spec("lm_eval") is None:
-        raise GateError("lm-eval is not installed; pip install 'gatekeeper-eval[eval]' (pins lm-eval[hf,api]==0.4.13)")
+        raise GateError("lm-eval is not installed; from a gatekeeper checkout: pip install -e '.[eval]' "
+                        "(pins torch==2.13.0 and lm-eval[hf,api]==0.4.13; scripts/setup.sh eval does it with "
+                        "the CPU build of torch)")
     installed = _version("lm_eval") or _version("lm-eval")
     if installed != suite.lm_eval_version:
         raise GateError(
@@ -284,21 +292,9 @@ def check_output(out_dir: Path, target: Path) -> None:
 
 
 def _task_manager(suite: Suite, model_args: dict[str, Any]):
-    from lm_eval.tasks import TaskManager
-
-    names = suite.task_names
-    include = str(suite.include_path) if suite.include_path else None
     # The CLI merges model_args into task metadata; do the same so configs match CLI output.
-    if include:
-        tm = TaskManager(include_path=include, include_defaults=False, metadata=dict(model_args))
-        if all(n in tm.all_tasks for n in names):
-            return tm
-    tm = TaskManager(include_path=include, include_defaults=True, metadata=dict(model_args))
-    for name in names:
-        if name not in tm.all_tasks:
-            where = "include_path or lm-eval's tasks" if include else "lm-eval's tasks (no include_path)"
-            raise GateError(f"{suite.path}: task {name!r} not found in {where}")
-    return tm
+    where = {t.name: t.where or str(suite.path) for t in suite.tasks}
+    return taskindex.task_manager(where, suite.include_path, suite.task_names, dict(model_args))
 
 
 def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]], dict[str, list[str]]]:
@@ -310,7 +306,8 @@ def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]]
     groups: dict[str, list[str]] = {}
     for spec in suite.tasks:
         try:
-            loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
+            with data_files_beside_yaml(tm, suite.include_path, _suite_datasets(suite)):
+                loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
         except GateError:
             raise
         except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from YAML, datasets, jinja
@@ -328,6 +325,12 @@ def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]]
             leaves[name] = (task, spec)
         groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
     return top, leaves, groups
+
+
+def _suite_datasets(suite: Suite) -> dict[str, Path]:
+    """{task: folder its ``dataset:`` data files are relative to} (the suite's folder)."""
+    folder = Path(os.path.abspath(Path(suite.path).parent))
+    return {t.name: folder for t in suite.tasks if t.dataset is not None}
 
 
 def _with_dataset(tm: Any, spec: Any, suite: Suite) -> dict[str, Any]:
@@ -856,15 +859,16 @@ def task_files(suite: Suite, tm: Any, leaves: dict[str, tuple[Any, Any]]) -> dic
     of ``dataset:`` overrides (relative to the suite's folder), and for lm-eval's bundled tasks
     the files beside each task's YAML (its includes and ``utils.py``), under ``lm_eval/tasks/``."""
     out: dict[str, str] = {}
-    suite_dir = Path(suite.path).parent.resolve()
+    suite_dir = Path(os.path.abspath(suite.path)).parent
     if suite.include_path is not None:
         out.update(taskcode.include_hashes(Path(suite.include_path)))
     import lm_eval.tasks  # lazily, as everywhere in this module: lm-eval only where it runs
 
     for spec in suite.tasks:  # the documents are what is measured too
         for path in local_data_files(((spec.dataset or {}).get("kwargs") or {}).get("data_files")):
-            rel = os.path.relpath(path, suite_dir).replace(os.sep, "/")
-            out[rel] = taskcode.file_hash(Path(path))
+            full = Path(os.path.normpath(suite_dir / path))
+            rel = os.path.relpath(full, suite_dir).replace(os.sep, "/")
+            out[rel] = taskcode.file_hash(full)
     bundled = Path(lm_eval.tasks.__file__).parent
     for name in sorted(leaves):
         entry = tm.task_index.get(name)

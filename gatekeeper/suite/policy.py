@@ -65,6 +65,8 @@ class Rule:
     metric: str = "*"
     margin: float | None = None
     gate: bool = True
+    # Where the rule was written ("suite.yaml:14: tasks[0].metrics[0]"), for messages only.
+    where: str = field(default="", compare=False)
 
     def matches(self, key: SeriesKey) -> bool:
         return (
@@ -85,6 +87,8 @@ class Policy:
     test: str = "superiority"
     # Said once per report (deprecated spellings); not part of what the policy decides.
     warnings: list[str] = field(default_factory=list, compare=False)
+    # Where the default margin was set (a file line, "--margin"), for messages only.
+    margin_where: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.test in DEPRECATED_TESTS:
@@ -101,15 +105,29 @@ class Policy:
         ``parents`` are the groups the task belongs to: a rule written for a group
         (``task: mmlu``) applies to its subtasks when no rule names the subtask itself.
         """
+        rule = self.rule_for(key, parents)
+        if rule is None:
+            return self.margin, True
+        return (self.margin if rule.margin is None else rule.margin), rule.gate
+
+    def rule_for(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> Rule | None:
+        """The rule that decides ``key`` (see ``lookup``), None when the defaults do."""
         for name in (key.task, *parents):
             probe = SeriesKey(name, key.filter, key.metric)
             for rule in self.rules:
                 if rule.task != "*" and rule.matches(probe):
-                    return (self.margin if rule.margin is None else rule.margin), rule.gate
+                    return rule
         for rule in self.rules:
             if rule.task == "*" and rule.matches(key):
-                return (self.margin if rule.margin is None else rule.margin), rule.gate
-        return self.margin, True
+                return rule
+        return None
+
+    def margin_source(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> str:
+        """Where the margin that applies to ``key`` was written, for messages ("" if unknown)."""
+        rule = self.rule_for(key, parents)
+        if rule is not None and rule.margin is not None:
+            return rule.where
+        return self.margin_where
 
     def validate(self, where: str = "policy") -> None:
         if alpha_problem(self.alpha):
@@ -153,6 +171,7 @@ class Policy:
                         metric=str(r.get("metric", "*")),
                         margin=None if r.get("margin") is None else float(r["margin"]),
                         gate=bool(r.get("gate", True)),
+                        where=f"{where}: rules[{i}].margin",
                     )
                 )
             except (TypeError, ValueError) as exc:
@@ -166,6 +185,7 @@ class Policy:
                 rules=rules,
                 rounding=float(data.get("rounding", DEFAULT_ROUNDING)),
                 test=str(data.get("test", "superiority")),
+                margin_where=f"{where}: margin",
             )
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: resamples: .inf
             raise GateError(f"{where}: {exc}") from None

@@ -20,7 +20,7 @@ import difflib
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -103,8 +103,17 @@ class TaskSpec:
     metrics: list[dict] = field(default_factory=list)
     # Where the task's documents come from instead of its YAML's dataset (a local copy, a private
     # mirror): {"path": ..., "name": ..., "kwargs": {"data_files": ...}}, local data files
-    # resolved against the suite's folder. Part of what is measured (hashed).
+    # relative to the suite's folder. Part of what is measured (hashed).
     dataset: dict | None = None
+    # "suite.yaml:24: tasks[0].name", for messages only.
+    where: str = field(default="", compare=False)
+
+    def portable(self) -> dict[str, Any]:
+        """The spec as a run's manifest records it: no file locations of this checkout."""
+        out = {k: v for k, v in asdict(self).items() if k != "where"}
+        if out["dataset"] is None:  # recorded only when set, as the suite hash does
+            out.pop("dataset")
+        return out
 
 
 @dataclass
@@ -119,6 +128,8 @@ class Suite:
     policy: Policy
     tasks: list[TaskSpec]
     hash: str
+    # What ``hash`` is the hash of (``hashed_document``); runs record it in their manifest.
+    hashed: dict = field(default_factory=dict, compare=False, repr=False)
 
     def cluster_keys(self) -> dict[str, str]:
         """{task: doc field} for tasks whose items are grouped (shared passage, subject)."""
@@ -147,7 +158,7 @@ def load_suite_text(text: str, path: str | Path) -> Suite:
     if found:
         raise GateError("\n".join(_fmt(path, line, where, msg) for line, where, msg in found))
     doc = fill_defaults(data)
-    return _build(doc, path)
+    return _build(doc, path, root)
 
 
 def suite_hash(data: dict) -> str:
@@ -156,6 +167,12 @@ def suite_hash(data: dict) -> str:
     ``data`` is a validated suite document; defaults are filled here too, so a file that spells
     out a default and one that omits it hash the same.
     """
+    return hashlib.sha256(canonical_json(hashed_document(data)).encode("utf-8")).hexdigest()
+
+
+def hashed_document(data: dict) -> dict:
+    """The part of a suite document that ``suite_hash`` hashes (defaults filled): what a run
+    records, so a changed hash can name the field that changed (``hash_changes``)."""
     doc = fill_defaults(data)
     for key in _UNHASHED_TOP:
         doc.pop(key, None)
@@ -165,7 +182,65 @@ def suite_hash(data: dict) -> str:
             task.pop(key, None)
         if task.get("dataset") is None:  # hashed only when set: older suites keep their hash
             task.pop("dataset", None)
-    return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
+    return doc
+
+
+def field_hashing(section: str, key: str) -> str:
+    """Whether a suite field is part of the suite hash: "hashed", "hashed when set" or "not
+    hashed". ``section`` is "" (top level), "model", "seeds", "policy", "rule", "task" or
+    "metric" (what docs/suite.md and the schema's descriptions say, checked by a test)."""
+    if section == "":
+        return "not hashed" if key in _UNHASHED_TOP else "hashed"
+    if section == "model":
+        if key in _UNHASHED_MODEL:
+            return "not hashed"
+        return "hashed when set" if key in _HASHED_WHEN_SET else "hashed"
+    if section == "seeds":
+        return "hashed"
+    if section == "task":
+        if key in _UNHASHED_TASK:
+            return "not hashed"
+        return "hashed when set" if key == "dataset" else "hashed"
+    return "not hashed"  # policy, its rules and the tasks' metrics decide how results are judged
+
+
+def hash_changes(old: dict, new: dict) -> list[str]:
+    """What differs between two hashed documents, one "where: old -> new" per field; tasks are
+    named (``tasks[demo_mc].num_fewshot``), and None reads as "unset"."""
+    out: list[str] = []
+    _diff(_by_name(old), _by_name(new), "", out)
+    return out
+
+
+def _by_name(doc: dict) -> dict:
+    doc = dict(doc)
+    if isinstance(doc.get("tasks"), list):
+        doc["tasks"] = {str(t.get("name")) if isinstance(t, dict) else str(i): t
+                        for i, t in enumerate(doc["tasks"])}
+    return doc
+
+
+def _diff(old: Any, new: Any, where: str, out: list[str], depth: int = 0) -> None:
+    if isinstance(old, dict) and isinstance(new, dict) and depth < 12:  # a suite nests a few levels
+        for key in sorted(set(old) | set(new), key=str):
+            if key == "name" and where.startswith("tasks["):
+                continue
+            sub = f"tasks[{key}]" if where == "tasks" else (f"{where}.{key}" if where else str(key))
+            if key not in old:
+                out.append(f"{sub} added" + ("" if where == "tasks" else f" ({_shown(new[key])})"))
+            elif key not in new:
+                out.append(f"{sub} removed" + ("" if where == "tasks" else f" (was {_shown(old[key])})"))
+            else:
+                _diff(old[key], new[key], sub, out, depth + 1)
+    elif old != new:
+        out.append(f"{where}: {_shown(old)} -> {_shown(new)}")
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    text = canonical_json(value) if isinstance(value, (dict, list)) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _model_for_hash(m: dict) -> None:
@@ -303,11 +378,11 @@ def _semantic_errors(data: dict, root: yaml.Node | None, path: Path) -> list[tup
     include = data.get("include_path")
     if isinstance(include, str) and include and not (path.parent / include).is_dir():
         errors.append((line_of(root, ("include_path",)), "include_path",
-                       f"directory {include!r} not found (relative to {path.parent})"))
+                       f"directory {include!r} not found (relative to the suite file's folder {Path(os.path.abspath(path.parent))})"))
     return errors
 
 
-def _build(doc: dict, path: Path) -> Suite:
+def _build(doc: dict, path: Path, root: yaml.Node | None = None) -> Suite:
     # Lexical paths: a symlink in the checkout must not choose which file is the baseline or the
     # task folder (a pull request controls the checkout's links).
     base = Path(os.path.abspath(path.parent))
@@ -320,9 +395,10 @@ def _build(doc: dict, path: Path) -> Suite:
             repeats=None if t["repeats"] is None else int(t["repeats"]),
             cluster=t["cluster"],
             metrics=list(t["metrics"] or []),
-            dataset=_dataset(t["dataset"], base),
+            dataset=_dataset(t["dataset"]),
+            where=f"{path}:{line_of(root, ('tasks', i, 'name'))}: tasks[{i}].name",
         )
-        for t in doc["tasks"]
+        for i, t in enumerate(doc["tasks"])
     ]
     return Suite(
         name=doc["name"],
@@ -332,38 +408,36 @@ def _build(doc: dict, path: Path) -> Suite:
         baseline_path=Path(os.path.normpath(base / doc["baseline"])),
         model=doc["model"],
         seeds=doc["seeds"],
-        policy=_policy(doc, path),
+        policy=_policy(doc, path, root),
         tasks=tasks,
         hash=suite_hash(doc),
+        hashed=hashed_document(doc),
     )
 
 
-def _dataset(value: dict | None, base: Path) -> dict | None:
-    """The task's dataset override with every local data file as an absolute path: lm-eval reads
-    a relative ``data_files`` against the process's working directory, the suite means its own
-    folder."""
+def _dataset(value: dict | None) -> dict | None:
+    """The task's dataset override as written: local data files stay relative to the suite's
+    folder (resolved when the documents are read, ``run/taskdata.py``), so what a run records
+    in results.json and its manifest is the same in every checkout and temporary folder."""
     if value is None:
         return None
-    kwargs = dict(value.get("kwargs") or {})
-    if "data_files" in kwargs:
-        kwargs["data_files"] = _map_files(kwargs["data_files"], lambda p: str(Path(os.path.normpath(base / p))))
-    return {"path": value["path"], "name": value.get("name"), "kwargs": kwargs}
+    return {"path": value["path"], "name": value.get("name"), "kwargs": dict(value.get("kwargs") or {})}
 
 
 def local_data_files(data_files: Any) -> list[str]:
     """The local paths in a ``data_files`` value (a string, a list, or a split -> either mapping)."""
     found: list[str] = []
-    _map_files(data_files, lambda p: found.append(p) or p)
+    map_data_files(data_files, lambda p: found.append(p) or p)
     return found
 
 
-def _map_files(value: Any, fn: Any) -> Any:
+def map_data_files(value: Any, fn: Any) -> Any:
     if isinstance(value, str):
         return value if "://" in value else fn(value)
     if isinstance(value, list):
-        return [_map_files(v, fn) for v in value]
+        return [map_data_files(v, fn) for v in value]
     if isinstance(value, dict):
-        return {k: _map_files(v, fn) for k, v in value.items()}
+        return {k: map_data_files(v, fn) for k, v in value.items()}
     return value
 
 
@@ -374,25 +448,29 @@ def _limit(value: Any) -> int | float | None:
     return int(value) if float(value) >= 1 else float(value)
 
 
-def _policy(doc: dict, path: Path) -> Policy:
+def _policy(doc: dict, path: Path, root: yaml.Node | None = None) -> Policy:
     """Task metric rules first (first match wins), each listing task closed by an inform rule."""
+
+    def where(*at: Any) -> str:  # "suite.yaml:14: tasks[0].metrics[0].margin", for messages
+        return f"{path}:{line_of(root, at)}: {path_str(at)}"
+
     rules: list[Rule] = []
-    for t in doc["tasks"]:
+    for i, t in enumerate(doc["tasks"]):
         if not t["metrics"]:
             continue
-        for m in t["metrics"]:
+        for j, m in enumerate(t["metrics"]):
             rules.append(Rule(task=t["name"], filter=m["filter"], metric=m["metric"],
                               margin=None if m["margin"] is None else float(m["margin"]),
-                              gate=bool(m["gate"])))
+                              gate=bool(m["gate"]), where=where("tasks", i, "metrics", j, "margin")))
         rules.append(Rule(task=t["name"], gate=False))
     p = doc["policy"]
-    for r in p["rules"]:
+    for i, r in enumerate(p["rules"]):
         rules.append(Rule(task=r["task"], filter=r["filter"], metric=r["metric"],
                           margin=None if r["margin"] is None else float(r["margin"]),
-                          gate=bool(r["gate"])))
+                          gate=bool(r["gate"]), where=where("policy", "rules", i, "margin")))
     policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], margin=float(p["margin"]),
                     resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
-                    test=p["test"])
+                    test=p["test"], margin_where=where("policy", "margin"))
     policy.validate(f"{path}: policy")
     return policy
 

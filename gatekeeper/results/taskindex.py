@@ -1,0 +1,139 @@
+"""Which task names lm-eval knows, fast: the suite's include_path, then lm-eval's bundled tasks.
+
+lm-eval's ``TaskManager`` indexes all ~14k bundled task YAMLs whenever ``include_defaults`` is on
+(seconds idle, minutes on a busy runner), and a suite naming one task that its include_path does
+not hold used to pay that before a typo was even reported. Here the bundled names are indexed
+once per lm-eval installation and kept in a cache file (name -> kind and top-level folder under
+``lm_eval/tasks``); then
+
+- a name in neither the include_path nor the bundled index is an error at once, with a "did you
+  mean" from the suite's own tasks first, then the bundled ones;
+- a bundled *task* or *tag* is loaded by indexing only its folders (plus the include_path, which
+  overrides them, as in lm-eval); a bundled *group* may list tasks from anywhere, so it gets the
+  full index.
+
+The cache only speeds things up: a stale or edited one is rebuilt, and a folder that turns out
+not to hold the task falls back to the full index. lm-eval is imported lazily.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.errors import GateError
+from gatekeeper.files import write_json_atomic
+
+CACHE_VERSION = 1
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gatekeeper"
+
+
+def _tasks_dir() -> Path:
+    import lm_eval.tasks
+
+    # Not resolved: the run's manifest recognises bundled task files by this same path.
+    return Path(lm_eval.tasks.__file__).parent
+
+
+def _cache_file(tasks_dir: Path) -> Path:
+    st = tasks_dir.stat()
+    key = f"{CACHE_VERSION}|{version('lm_eval')}|{tasks_dir}|{st.st_mtime_ns}"
+    return cache_dir() / f"lm-eval-tasks-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def bundled_index() -> dict[str, dict[str, Any]]:
+    """{name: {"kind": "task"|"group"|"tag", "folders": [top-level folders]}} of lm-eval's tasks."""
+    tasks_dir = _tasks_dir()
+    path = _cache_file(tasks_dir)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("version") == CACHE_VERSION and isinstance(data.get("names"), dict):
+            return data["names"]
+    except (OSError, ValueError):
+        pass
+    names = _build_index(tasks_dir)
+    try:
+        write_json_atomic(path, {"version": CACHE_VERSION, "tasks_dir": str(tasks_dir), "names": names})
+    except OSError:
+        pass  # a read-only home: index again next time
+    return names
+
+
+def _build_index(tasks_dir: Path) -> dict[str, dict[str, Any]]:
+    from lm_eval.tasks import TaskManager
+
+    names: dict[str, dict[str, Any]] = {}
+    for name, entry in TaskManager(include_defaults=True)._index.items():
+        kind = getattr(entry.kind, "name", str(entry.kind)).lower()
+        folder = _folder(entry.yaml_path, tasks_dir)
+        names[name] = {"kind": "group" if kind == "group" else ("tag" if kind == "tag" else "task"),
+                       "folders": [folder] if folder else []}
+        for tag in getattr(entry, "tags", None) or ():
+            tag_entry = names.setdefault(tag, {"kind": "tag", "folders": []})
+            if folder and folder not in tag_entry["folders"]:
+                tag_entry["folders"].append(folder)
+    for entry in names.values():
+        entry["folders"].sort()
+    return names
+
+
+def _folder(yaml_path: Any, tasks_dir: Path) -> str | None:
+    if yaml_path is None:
+        return None
+    try:
+        return Path(yaml_path).resolve().relative_to(tasks_dir.resolve()).parts[0]
+    except (ValueError, IndexError):
+        return None
+
+
+def suggestion(name: str, local: list[str], bundled: list[str]) -> str:
+    """'; did you mean 'x'?' from the suite's own tasks first, then lm-eval's; '' when none is close."""
+    close = difflib.get_close_matches(name, local, n=1, cutoff=0.6)
+    if not close:
+        close = difflib.get_close_matches(name, bundled, n=3, cutoff=0.75)
+    if not close:
+        return ""
+    if len(close) == 1:
+        return f"; did you mean {close[0]!r}?"
+    return "; did you mean one of " + ", ".join(repr(c) for c in close) + "?"
+
+
+def task_manager(where: dict[str, str], include_path: Path | None, names: list[str], metadata: dict[str, Any]) -> Any:
+    """A ``TaskManager`` that knows every name in ``names``, indexing as little as it can.
+
+    ``where[name]`` (the suite line naming it) starts the error for a name no index holds."""
+    from lm_eval.tasks import TaskManager
+
+    include = str(include_path) if include_path is not None else None
+    local: list[str] = []
+    if include:
+        tm = TaskManager(include_path=include, include_defaults=False, metadata=dict(metadata))
+        if all(n in tm.all_tasks for n in names):
+            return tm
+        local = list(tm.all_tasks)
+    bundled = bundled_index()
+    missing = [n for n in names if n not in local]
+    for name in missing:
+        if name not in bundled:
+            places = f"include_path {include_path}" if include else "the suite (no include_path)"
+            raise GateError(f"{where.get(name, 'suite')}: task {name!r} is not in {places} nor among lm-eval's "
+                            f"{len(bundled):,} bundled tasks{suggestion(name, local, sorted(bundled))}")
+    if any(bundled[n]["kind"] == "group" or not bundled[n]["folders"] for n in missing):
+        return TaskManager(include_path=include, include_defaults=True, metadata=dict(metadata))
+    tasks_dir = _tasks_dir()
+    folders = sorted({f for n in missing for f in bundled[n]["folders"]})
+    # The include_path last: it overrides bundled tasks of the same name, as in lm-eval.
+    paths = [str(tasks_dir / f) for f in folders] + ([include] if include else [])
+    tm = TaskManager(include_path=paths, include_defaults=False, metadata=dict(metadata))
+    if all(n in tm.all_tasks for n in names):
+        return tm
+    return TaskManager(include_path=include, include_defaults=True, metadata=dict(metadata))

@@ -1,0 +1,110 @@
+"""A task YAML's relative data_files mean the YAML's folder, from any working directory (#17, 6).
+
+lm-eval resolves them against the process's working directory, so a suite that worked from the
+repository root failed from anywhere else.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed")
+
+TASK = """\
+task: json_arith
+dataset_path: json
+dataset_kwargs:
+  data_files: {{test: {data}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: choices
+doc_to_target: label
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+metadata: {{version: 1.0}}
+"""
+SUITE = """\
+name: json_demo
+lm_eval_version: "0.4.13"
+include_path: tasks
+model: {dtype: float32, batch_size: 16}
+tasks:
+  - name: json_arith
+    limit: 20
+"""
+
+
+def _project(tmp_path: Path, data: str) -> Path:
+    project = tmp_path / "project"
+    (project / "tasks" / "data").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "tasks" / "data" / "arith.jsonl", project / "tasks" / "data" / "arith.jsonl")
+    (project / "tasks" / "json_arith.yaml").write_text(TASK.format(data=data))
+    (project / "gatekeeper.yaml").write_text(SUITE)
+    return project
+
+
+def _run(project: Path, cwd: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_CACHE": str(out.parent / "hf-cache")}
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "run", "--suite", str(project / "gatekeeper.yaml"),
+                           "--model", str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(out)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_relative_data_files_are_read_beside_the_task_yaml_from_anywhere(tmp_path: Path) -> None:
+    project = _project(tmp_path, "data/arith.jsonl")
+    r = _run(project, tmp_path / "somewhere" / "else", tmp_path / "out")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (results,) = (tmp_path / "out").rglob("results_*.json")
+    data = json.loads(results.read_text())
+    assert data["n-samples"]["json_arith"]["effective"] == 20
+    # The config keeps the path as written: runs and baselines stay portable between machines.
+    assert data["configs"]["json_arith"]["dataset_kwargs"]["data_files"] == {"test": "data/arith.jsonl"}
+
+
+def test_a_path_relative_to_the_working_directory_says_how_to_write_it(tmp_path: Path) -> None:
+    project = _project(tmp_path, "tasks/data/arith.jsonl")  # works with plain lm_eval from project/ only
+    r = _run(project, project, tmp_path / "out")
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "json_arith.yaml: data_files 'tasks/data/arith.jsonl' exists relative to the working directory, " \
+           "not to the task file; write it relative to " in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_data_outside_the_include_path_is_refused(tmp_path: Path) -> None:
+    project = _project(tmp_path, "../../elsewhere.jsonl")
+    r = _run(project, tmp_path, tmp_path / "out")
+    assert r.returncode == 2 and "points outside the include_path" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_suite_dataset_run_in_another_folder_is_comparable(tmp_path: Path) -> None:
+    """The suite's ``dataset:`` data files are recorded as written (relative to the suite), so a
+    baseline recorded in one checkout gates a run from another (a pull request's base tree)."""
+    runs = []
+    for where in ("checkout-a", "checkout-b"):
+        project = _project(tmp_path / where, "data/arith.jsonl")
+        suite = project / "gatekeeper.yaml"
+        suite.write_text(SUITE.replace("    limit: 20\n", "    limit: 20\n    dataset: {path: json, kwargs: "
+                                       "{data_files: {test: tasks/data/arith.jsonl}}}\n"))
+        r = _run(project, tmp_path / where / "cwd", tmp_path / where / "out")
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        runs.append(tmp_path / where / "out")
+    (results,) = runs[0].rglob("results_*.json")
+    files = json.loads(results.read_text())["configs"]["json_arith"]["dataset_kwargs"]["data_files"]
+    assert files == {"test": "tasks/data/arith.jsonl"}
+    cmp = subprocess.run([sys.executable, "-m", "gatekeeper", "compare", str(runs[0]), str(runs[1]), "--suite",
+                          str(tmp_path / "checkout-b" / "project" / "gatekeeper.yaml")],
+                         capture_output=True, text=True, timeout=300)
+    assert cmp.returncode == 0, cmp.stdout[-2000:] + cmp.stderr[-2000:]
+    assert "differs" not in cmp.stdout + cmp.stderr

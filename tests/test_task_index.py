@@ -1,0 +1,77 @@
+"""Task names: a typo gets a "did you mean" from the suite's own tasks first, and lm-eval's bundled
+tasks are indexed once, cached, not on every run (issue #17, item 5)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed")
+
+
+def _suite_with(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
+    demo = tmp_path / "demo"
+    shutil.copytree(ROOT / "examples", demo, ignore=shutil.ignore_patterns("checkpoints"))
+    suite = demo / "gatekeeper.yaml"
+    text = suite.read_text()
+    assert f"- name: {old}\n" in text
+    suite.write_text(text.replace(f"- name: {old}\n", f"- name: {new}\n", 1))
+    line = next(i for i, s in enumerate(suite.read_text().splitlines(), 1) if s.strip() == f"- name: {new}")
+    return suite, line
+
+
+def _gate(suite: Path, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(suite), "--model",
+                           str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(suite.parent / "out")],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=suite.parent)
+
+
+def test_typo_names_the_line_and_suggests_the_suites_own_task(tmp_path: Path) -> None:
+    suite, line = _suite_with(tmp_path, "demo_arith_gen", "demo_arith_gne")
+    cache = tmp_path / "cache"
+    r = _gate(suite, cache)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"gatekeeper.yaml:{line}: tasks[1].name: task 'demo_arith_gne' is not in include_path " in r.stderr
+    assert r.stderr.rstrip().endswith("bundled tasks; did you mean 'demo_arith_gen'?"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(list((cache / "gatekeeper").glob("lm-eval-tasks-*.json"))) == 1  # indexed once, kept
+
+
+def test_the_cached_index_is_what_later_runs_use(tmp_path: Path) -> None:
+    suite, _ = _suite_with(tmp_path, "demo_arith_gen", "hellaswg")
+    cache = tmp_path / "cache"
+    first = _gate(suite, cache)
+    assert first.returncode == 2 and "did you mean one of 'hellaswag'" in first.stderr, first.stderr
+    (index,) = (cache / "gatekeeper").glob("lm-eval-tasks-*.json")
+    data = json.loads(index.read_text())
+    assert data["names"]["hellaswag"] == {"kind": "task", "folders": ["hellaswag"]}
+    # A name only the cache knows is suggested: the second run read the cache, not lm-eval's tree.
+    data["names"]["hellaswgg"] = {"kind": "task", "folders": ["hellaswag"]}
+    index.write_text(json.dumps(data))
+    second = _gate(suite, cache)
+    assert second.returncode == 2 and "'hellaswgg'" in second.stderr, second.stderr
+    # A corrupt cache is rebuilt, never an error.
+    index.write_text("{not json")
+    third = _gate(suite, cache)
+    assert third.returncode == 2 and "did you mean one of 'hellaswag'" in third.stderr, third.stderr
+
+
+def test_a_bundled_task_indexes_only_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.results import taskindex
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tm = taskindex.task_manager({}, ROOT / "examples" / "tasks", ["boolq", "demo_arith_mc"], {})
+    assert "boolq" in tm.all_tasks and "demo_arith_mc" in tm.all_tasks
+    assert len(tm.all_tasks) < 100, "the whole bundled tree was indexed"
+    group = taskindex.task_manager({}, None, ["mmlu"], {})  # a group may list tasks from anywhere
+    assert "mmlu" in group.all_tasks and len(group.all_tasks) > 10_000
