@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import figures as figures_mod  # noqa: E402
+
 N_TASKS, N_ITEMS, RATIO_SHARE = 60, 100_000, 0.10
 CONFUSION_SHARE = 0.0  # --confusion: 0.20
 TS = "2026-01-01T00-00-00.000000"
@@ -241,6 +244,7 @@ def main() -> None:
                     help="run lm-eval with this many resamples and extrapolate to --resamples")
     ap.add_argument("--keep", type=Path, help="write the synthetic runs here and keep them")
     ap.add_argument("--confusion", action="store_true", help="20%% of the items in f1/mcc tasks")
+    ap.add_argument("--record", action="store_true", help="write the figures to benchmarks/figures.json")
     args = ap.parse_args()
     global CONFUSION_SHARE
     CONFUSION_SHARE = 0.20 if args.confusion else 0.0
@@ -296,6 +300,14 @@ def main() -> None:
         print(f"ratio B/{name}: wall {lm_wall / wall:.1f}x, CPU {lm_cpu / cpu:.1f}x; "
               f"C/{name}: wall {naive_wall / wall:.1f}x, CPU {naive_cpu / cpu:.1f}x")
     print("goal: A wall < 5 s on 2 cores, B/A >= 20x, C/A > 1")
+    if args.record:
+        tag = "_confusion" if args.confusion else ""
+        wall = figures["A2 baseline file vs run"][0]
+        figures_mod.record("benchmarks/compare_speed.py", {
+            f"compare_wall{tag}": (f"{wall:.1f} s", wall),
+            f"lmeval_bootstrap{tag}": (f"~{lm_wall:.0f} s", lm_wall),
+            f"naive_ratio{tag}": (f"{naive_wall / wall:.1f}×", naive_wall / wall),
+        }, note=f"{N_ITEMS:,} items, {args.resamples:,} resamples, {CONFUSION_SHARE:.0%} f1/mcc")
 
 
 if __name__ == "__main__":

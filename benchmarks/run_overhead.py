@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import figures  # noqa: E402
 from gatekeeper.suite.suite import load_suite  # noqa: E402
 
 FALLBACK_SUITE = """\
@@ -92,7 +93,16 @@ def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _cache_figures(suite: Path, model: str, device: str, env: dict[str, str], scratch: Path) -> None:
+def _shown(path: Path) -> str:
+    """A path as figures.json records it: relative to the repository, no machine's own folders."""
+    try:
+        return Path(path).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return Path(path).name
+
+
+def _cache_figures(suite: Path, model: str, device: str, env: dict[str, str], scratch: Path,
+                   record: bool = False) -> None:
     """Cold (empty cache) vs warm (everything cached) `gatekeeper run --cache`."""
     cache = scratch / "cache"
     walls = []
@@ -109,6 +119,11 @@ def _cache_figures(suite: Path, model: str, device: str, env: dict[str, str], sc
         print(f"request cache {label}: {walls[-1]:6.2f} s wall, {hits} requests answered from the cache")
     print(f"request cache: warm re-run {walls[1]:.2f} s vs cold {walls[0]:.2f} s "
           f"({100 * (1 - walls[1] / walls[0]):.0f}% saved)")
+    if record:
+        figures.record("benchmarks/run_overhead.py", {
+            "cache_runs": (f"{walls[0]:.1f} s cold, {walls[1]:.1f} s warm, {hits:,} requests from the cache",
+                           walls[1]),
+        }, note=f"{_shown(suite)}, {_shown(Path(model))}, device {device}")
 
 
 def main() -> int:
@@ -118,6 +133,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--device", default=None, help="default: cuda if available else cpu")
     ap.add_argument("--no-cli", action="store_true", help="only the request-cache figures")
+    ap.add_argument("--record", action="store_true", help="write the cache figures to benchmarks/figures.json")
     args = ap.parse_args()
     device = args.device
     if device is None:
@@ -142,7 +158,7 @@ def main() -> int:
         for i, what in enumerate(("wall", "CPU") if gk_t else ()):
             g, c = statistics.median(t[i] for t in gk_t), statistics.median(t[i] for t in cli_t)
             print(f"median {what}: gatekeeper run {g:.2f} s, lm_eval CLI {c:.2f} s, ratio gatekeeper/CLI {g / c:.2f}")
-        _cache_figures(suite, model, device, env, scratch)
+        _cache_figures(suite, model, device, env, scratch, args.record)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

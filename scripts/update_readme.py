@@ -14,8 +14,12 @@ baseline. This script
    `<!-- demo-output:terminal -->` ... `<!-- /demo-output:terminal -->` and
    `<!-- demo-output:markdown -->` ... `<!-- /demo-output:markdown -->`.
 
-Usage: python scripts/update_readme.py [--run-dir DIR] [--check]
-  --check   change nothing; exit 1 when README.md is not what the code prints for the stored run.
+4. writes every measured figure between `<!-- fig:ID -->` and `<!-- /fig -->` from
+   benchmarks/figures.json (what the benchmarks recorded with --record; benchmarks/figures.py).
+
+Usage: python scripts/update_readme.py [--run-dir DIR] [--check] [--figures-only]
+  --check          change nothing; exit 1 when README.md is not what the code prints for the stored run.
+  --figures-only   only step 4 (no gate, no compare).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ RUN_FIXTURE = ROOT / "tests" / "fixtures" / "demo-regressed-run"
 RUN_FILES = ("results_*.json", "samples_*.jsonl", "gatekeeper-manifest.json")
 OFFLINE_ENV = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 COMMAND = "python scripts/update_readme.py"
+sys.path.insert(0, str(ROOT))
+from benchmarks import figures  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", type=Path, help="use this run of the regressed checkpoint instead of gating it")
     ap.add_argument("--check", action="store_true", help="exit 1 when README.md is stale; write nothing")
+    ap.add_argument("--figures-only", action="store_true", help="only rewrite the measured figures")
     args = ap.parse_args(argv)
     current = README.read_text(encoding="utf-8")
+    if args.figures_only:
+        README.write_text(figures.render(current, figures.load()), encoding="utf-8")
+        print(f"updated the figures in {README.relative_to(ROOT)}")
+        return 0
     if args.check:
         fresh = render_readme(current, demo_output(RUN_FIXTURE))
         if fresh != current:
@@ -125,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="gatekeeper-readme-") as tmp:
         store_run(args.run_dir or gate_regressed(Path(tmp)))
-    README.write_text(render_readme(current, demo_output(RUN_FIXTURE)), encoding="utf-8")
+    README.write_text(figures.render(render_readme(current, demo_output(RUN_FIXTURE)), figures.load()),
+                      encoding="utf-8")
     print(f"updated {README.relative_to(ROOT)} and {RUN_FIXTURE.relative_to(ROOT)}/")
     return 0
 
