@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper import report
-from gatekeeper.baseline import gitbase
+from gatekeeper.baseline import gitbase, trend
 from gatekeeper.baseline.prbase import BaseTree, base_tree, pr_base_sha
 from gatekeeper.errors import GateError
 from gatekeeper.files import atomic_write_bytes
@@ -32,6 +32,7 @@ from gatekeeper.gate import compare_paths, promote_run, run_gate
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
 from gatekeeper.report import ReportContext
+from gatekeeper.report import trend as trend_report
 from gatekeeper.run import runner
 from gatekeeper.run.environment import scrub_ci_secrets
 from gatekeeper.suite.suite import Suite, load_suite
@@ -47,7 +48,7 @@ FAIL_ON = ("regression", "never")
 # Inputs a workflow_dispatch event may override (never the token: dispatch inputs are public).
 DISPATCHABLE = (
     "suite", "model", "baseline", "command", "comment", "fail-on", "candidate",
-    "promote-on-green", "out", "revision", "bootstrap",
+    "promote-on-green", "out", "revision", "bootstrap", "mlflow-tracking-uri",
 )
 DEFAULTS = {
     "suite": "gatekeeper.yaml",
@@ -64,6 +65,7 @@ DEFAULTS = {
     "revision": "",
     "pr-number": "",
     "bootstrap": "false",
+    "mlflow-tracking-uri": "",  # "" = no MLflow logging; a URI (or a folder) logs one run per gate
 }
 FORK_DOC = "docs/action.md#fork-pull-requests"
 
@@ -112,7 +114,7 @@ class Evaluation:
     """What the gate (or another command) produced."""
 
     code: int  # 0 / 1 / 2
-    verdict: str  # pass | fail | ran | promoted | error | refused
+    verdict: str  # pass | fail | drift | ran | promoted | error | refused
     markdown: str  # the report (comment body without the marker)
     headline: str
     outcome: Any = None
@@ -122,6 +124,7 @@ class Evaluation:
     suite: Any = None
     summary: str | None = None  # the job summary's report, when longer than the comment allows
     trusted: bool = False  # evaluated on the trusted default branch's own suite and baseline
+    trend_markdown: str = ""  # the history's charts (trusted gates only), for the tracking issue
 
     @property
     def summary_markdown(self) -> str:
@@ -245,6 +248,10 @@ def _from_outcome(job: Job, outcome, suite, run_dir: Path | None, report_json: d
         f"{c.key}: {report.fmt_num(c.test.baseline)} → {report.fmt_num(c.test.candidate)} "
         f"(Δ {c.test.delta:+.4g}, margin {c.margin:g}, adjusted p {report.fmt_p(c.p_adjusted)})"
         for c in outcome.failures
+    ] + [
+        f"{c.key}: {report.fmt_num(c.test.baseline)} at the anchor → {report.fmt_num(c.test.candidate)} "
+        f"(Δ {c.test.delta:+.4g} since the anchor, margin {c.margin:g}, adjusted p {report.fmt_p(c.p_adjusted)})"
+        for c in (outcome.drifted if outcome.verdict == "drift" else [])
     ]
     return Evaluation(
         code=outcome.exit_code,
@@ -373,13 +380,23 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
             suite.path, model, out_dir=out, baseline=base.baseline if base else baseline,
             policy=base.policy if base else None, record_missing=bootstrap,
             revision=inputs["revision"] or None, log=log,
+            # The history is the default branch's: a trusted checkout appends (a later step commits it).
+            history=base is None, commit=job.event.head_sha or job.env.get("GITHUB_SHA") or None,
         )
     if result.outcome is None:
         job.written.append((base.baseline if base else baseline or suite.baseline_path).parent)
         notice = result.notice or "No baseline yet."
         return Evaluation(0, "baseline-recorded", _notice_md(notice), notice, report_json=result.report_json,
                           run_dir=result.run_dir, suite=suite)
-    return _from_outcome(job, result.outcome, suite, result.run_dir, result.report_json)
+    ev = _from_outcome(job, result.outcome, suite, result.run_dir, result.report_json)
+    if result.trend:
+        written = trend.trend_path(baseline or suite.baseline_path)
+        job.written.append(written.parent)
+        chart = trend_report.markdown(result.trend)
+        if chart and ev.summary is not None:  # the job summary holds 1 MiB; the chart a few KB per metric
+            ev.summary += "\n\n" + chart
+        ev.trend_markdown = chart
+    return ev
 
 
 def _run_folder(job: Job) -> str:
@@ -453,10 +470,11 @@ def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | Non
     url = ""
     if job.event.name == "push" and job.event.head_sha:
         _status(job, client, suite, ev)
-    if job.event.name == "schedule" and ev.verdict in ("pass", "fail"):
+    if job.event.name == "schedule" and ev.verdict in ("pass", "fail", "drift"):
+        report_md = ev.markdown + ("\n\n" + ev.trend_markdown if ev.trend_markdown else "")
         tracked = comment.track_nightly(
-            client, job.repo, suite, regressed=ev.code == 1 or ev.verdict == "fail",
-            report=ev.markdown, run_url=job.run_url,
+            client, job.repo, suite, regressed=ev.code == 1 or ev.verdict in ("fail", "drift"),
+            report=report_md, run_url=job.run_url, drift=ev.verdict == "drift",
         )
         if tracked.action == "failed":
             job.warn(f"could not update the nightly tracking issue: {tracked.reason}")
@@ -572,8 +590,10 @@ def main(env: dict[str, str] | None = None) -> int:
     if code == 1 and inputs["fail-on"] == "never":
         code = 0
     _announce(job, ev)
-    if job.event.name == "schedule" and ev.verdict == "pass" and inputs.values.get("promote-on-green"):
+    if job.event.name == "schedule" and ev.outcome is not None and inputs.values.get("promote-on-green"):
         _promote_on_green(job, inputs, ev)
+    if inputs.values.get("mlflow-tracking-uri") and ev.outcome is not None:
+        _log_mlflow(job, inputs, ev)
 
     # The verdict is written before GitHub is called: a hung or hostile API can then cost the
     # comment, never the report, the summary or the outputs.
@@ -665,9 +685,34 @@ def _announce(job: Job, ev: Evaluation) -> None:
         job.console.error_annotations(ev.regressions, title="gatekeeper: regression")
 
 
+def _log_mlflow(job: Job, inputs: Inputs, ev: Evaluation) -> None:
+    """One MLflow run per gate; a failure is a warning in the summary, never the verdict."""
+    from gatekeeper.publish.tracking import log_gate
+
+    logged = log_gate(_mlflow_uri(job, inputs["mlflow-tracking-uri"]), ev.report_json, ev.summary_markdown,
+                      event=job.event.name, commit=job.event.head_sha or job.env.get("GITHUB_SHA"))
+    if logged.ok:
+        job.console.line(logged.message)
+    else:
+        job.warn(f"mlflow: {logged.message}")
+
+
+def _mlflow_uri(job: Job, value: str) -> str:
+    """A server or database URI as given; a folder relative to the workspace."""
+    return value if "://" in value or value.startswith("file:") else str(_path(job, value))
+
+
 def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
     try:
         if not inputs.flag("promote-on-green") or ev.outcome is None or ev.run_dir is None:
+            return
+        held = _not_promoted(ev)
+        if held:  # said in the log and the summary: a silent skip would read as "promoted"
+            job.console.line(f"promote-on-green: not promoted: {held}")
+            note = f"\n\nNot promoted: {held}."
+            ev.markdown += note
+            if ev.summary is not None:
+                ev.summary += note
             return
         if not ev.trusted:  # the base commit's suite gated it: its files are not the branch's to write
             job.warn("promote-on-green: this checkout is not the default branch's latest commit; not promoted")
@@ -685,6 +730,23 @@ def _promote_on_green(job: Job, inputs: Inputs, ev: Evaluation) -> None:
     ev.markdown += note
     if ev.summary is not None:
         ev.summary += note
+
+
+def _not_promoted(ev: Evaluation) -> str:
+    """Why a nightly run must not become the baseline ("" when it may): a failed or drifted run,
+    or one with an inconclusive gated metric (a drop beyond the margin is not ruled out, so
+    promoting it could hand the next night a worse reference)."""
+    out = ev.outcome
+    if out is None or ev.verdict not in ("pass", "fail", "drift"):
+        return f"the gate did not decide ({ev.verdict})"
+    if out.verdict == "fail":
+        return "it regressed"
+    if out.verdict == "drift":
+        return "it drifted beyond the margin since the anchor"
+    if out.inconclusive:
+        names = ", ".join(str(c.key) for c in out.inconclusive[:3])
+        return f"{len(out.inconclusive)} gated metric(s) inconclusive ({names}): a drop beyond the margin is not ruled out"
+    return ""
 
 
 if __name__ == "__main__":

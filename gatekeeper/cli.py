@@ -6,10 +6,12 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import difflib
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -92,14 +94,50 @@ def _check_writable(*paths: str | None) -> None:
 def _emit(outcome, args: argparse.Namespace, extra: dict[str, Any] | None = None) -> int:
     from gatekeeper import report
 
+    data = report.to_json(outcome)
+    data.update(extra or {})
     if args.json:
-        data = report.to_json(outcome)
-        data.update(extra or {})
         _atomic_write(Path(args.json), json.dumps(data, indent=2, allow_nan=False) + "\n")
     if args.markdown:
         _atomic_write(Path(args.markdown), report.render_markdown(outcome) + "\n")
     _out(report.render_terminal(_escaped(outcome)))
+    if getattr(args, "mlflow", None) is not None:
+        from gatekeeper.publish.tracking import log_gate
+
+        logged = log_gate(args.mlflow or None, data, report.render_markdown(outcome), event="cli", commit=_commit())
+        # A tracking problem is said, never the verdict: the exit code stays the gate's.
+        print(("" if logged.ok else "warning: ") + logged.message, file=sys.stdout if logged.ok else sys.stderr)
     return outcome.exit_code
+
+
+def _keeps_history(args: argparse.Namespace) -> bool:
+    """gate appends to the suite's history, except with --no-history or --from-commit (whose
+    baseline is a temporary copy of another commit's)."""
+    return not args.no_history and not args.from_commit
+
+
+def _commit() -> str | None:
+    """The commit being gated, for the history: $GITHUB_SHA, else the working tree's HEAD."""
+    sha = os.environ.get("GITHUB_SHA", "").strip()
+    if re.fullmatch(r"[0-9a-f]{40}", sha):
+        return sha
+    try:
+        from gatekeeper.baseline import gitbase
+
+        return gitbase.head_commit(gitbase.find_repo(Path.cwd()))
+    except (GateError, OSError):
+        return None
+
+
+def _who() -> str | None:
+    """Who pins an anchor: $GITHUB_ACTOR, else git's user.name, else $USER."""
+    if os.environ.get("GITHUB_ACTOR"):
+        return os.environ["GITHUB_ACTOR"]
+    try:
+        name = subprocess.run(["git", "config", "user.name"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        name = ""
+    return name or os.environ.get("USER") or None
 
 
 def _policy_from_args(args: argparse.Namespace):
@@ -213,7 +251,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise GateError("gate --run: --record-missing, --out, --revision and --device apply only to "
                             "--model; record a baseline with `gatekeeper baseline record RUN_DIR --suite ...`")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
-            result = gate_run(suite.path, args.run, baseline=base_baseline or args.baseline)
+            result = gate_run(suite.path, args.run, baseline=base_baseline or args.baseline,
+                              history=_keeps_history(args), commit=_commit())
         code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)})
         if args.print_markdown:
             print()
@@ -228,7 +267,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
             result = run_gate(suite.path, args.model, out_dir=out, baseline=base_baseline or args.baseline,
                               record_missing=args.record_missing, revision=args.revision, device=args.device,
-                              log=_out)
+                              log=_out, history=_keeps_history(args), commit=_commit())
         if result.outcome is None:
             _out(result.notice)
             if args.json:
@@ -291,12 +330,56 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         _out(store.show(path))
         return EXIT_OK
     suite = load_suite(args.suite)
+    if args.action == "pin":
+        from gatekeeper.gate import pin_anchor
+
+        if (args.run_dir is None) == (not args.current):
+            raise GateError("baseline pin: give RUN_DIR (that run becomes the anchor) or --current (the current "
+                            "baseline does), not both")
+        path = pin_anchor(suite, run_dir=None if args.current else Path(args.run_dir), reason=args.reason,
+                          who=args.who or _who(), commit=_commit())
+        _out(f"anchor written to {path} (recorded in the history: {args.reason.strip()})")
+        return EXIT_OK
     if args.action == "record":
         path = record_run(Path(args.run_dir), suite, force=args.force)
     else:
-        path = promote_run(Path(args.run_dir), suite)
+        path = promote_run(Path(args.run_dir), suite, commit=_commit())
     _out(f"baseline written to {path}")
     return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from gatekeeper.baseline import trend
+    from gatekeeper.report import trend as draw
+    from gatekeeper.suite.suite import load_suite
+
+    suite = load_suite(args.suite)
+    path = Path(args.baseline) if args.baseline else suite.baseline_path
+    entries, summary = trend.read_trend(path)
+    metrics = _metric_keys(args.metric, entries, trend.trend_path(path)) if args.metric else None
+    if args.format == "json":
+        print(json.dumps(draw.to_json(entries, summary, metrics), indent=2, allow_nan=False))
+    elif args.format == "markdown":
+        _out(draw.markdown(entries, metrics) or "_No history yet._")
+    else:
+        _out(draw.terminal(entries, metrics))
+    return EXIT_OK
+
+
+def _metric_keys(wanted: list[str], entries: list, where: Path) -> list[str]:
+    """The history keys each ``--metric`` names: a key (task/metric,filter), task/metric (any
+    filter) or a metric name (every task). One that names nothing is an error."""
+    keys = sorted({r.key for e in entries for r in e.rows})
+    out: list[str] = []
+    for w in wanted:
+        hits = [k for k in keys if w in (k, k.split(",", 1)[0], k.split("/", 1)[-1].split(",", 1)[0])]
+        if not hits:
+            close = difflib.get_close_matches(w, keys, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else (f"; it has: {', '.join(keys[:6])}" if keys else
+                                                                   "; it has no entries yet")
+            raise GateError(f"{where}: --metric {w!r} matches no metric in the history{hint}")
+        out += hits
+    return list(dict.fromkeys(out))
 
 
 def _alpha_flag(text: str) -> float:
@@ -348,6 +431,12 @@ def _add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", help="write the markdown report (PR comment body) here")
 
 
+def _add_mlflow(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mlflow", nargs="?", const="", metavar="URI",
+                   help="log this gate as an MLflow run (default URI: a local mlruns/ file store; needs the "
+                        "mlflow extra); a logging failure is a warning, never the verdict")
+
+
 def _add_from_commit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-commit", metavar="SHA",
                    help="read the suite, its tasks and the baseline from this commit of the git repository, not "
@@ -369,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="another run of the baseline model (other seed); values are averaged per item")
     p.add_argument("--also-candidate", action="append", default=[], metavar="PATH",
                    help="another run of the candidate model (other seed); values are averaged per item")
+    _add_mlflow(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("run", help="run the pinned suite with lm-eval and record provenance")
@@ -402,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device")
     _add_report_flags(p)
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
+    p.add_argument("--no-history", action="store_true",
+                   help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
+    _add_mlflow(p)
     _add_from_commit(p)
     p.set_defaults(func=cmd_gate)
 
@@ -438,6 +531,22 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("file", nargs="?", help="baseline file (default: the suite's)")
     q.add_argument("--suite", help="suite file whose baseline to show")
     q.set_defaults(func=cmd_baseline)
+    q = bsub.add_parser("pin", help="make RUN_DIR (or --current, the baseline) the anchor: the reference that "
+                        "promotions never move")
+    q.add_argument("run_dir", nargs="?", help="a `gatekeeper run` output directory")
+    q.add_argument("--current", action="store_true", help="pin the current baseline as the anchor")
+    q.add_argument("--suite", required=True, help="suite file")
+    q.add_argument("--reason", required=True, help="why the anchor moves (kept in the history)")
+    q.add_argument("--who", help="who approved it (default: $GITHUB_ACTOR, else git's user.name)")
+    q.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("history", help="the suite's gates over time: values, anchor, verdicts, a sparkline")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--baseline", help="baseline file whose history to show (default: the suite's)")
+    p.add_argument("--metric", action="append", metavar="KEY",
+                   help="task/metric,filter, task/metric or a metric name; repeatable (default: every gated one)")
+    p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
+    p.set_defaults(func=cmd_history)
     return parser
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper import report
-from gatekeeper.baseline import store
+from gatekeeper.baseline import anchor as anchors
+from gatekeeper.baseline import store, trend
 from gatekeeper.compare import margins
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
@@ -38,7 +39,8 @@ from gatekeeper.compare.compat import (
 )
 from gatekeeper.compare.outcome import Outcome
 from gatekeeper.errors import GateError
-from gatekeeper.model import RunResults
+from gatekeeper.files import portable_path
+from gatekeeper.model import RunResults, TrendEntry
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
 from gatekeeper.run import runner
@@ -55,6 +57,8 @@ class GateResult:
     notice: str | None
     run_dir: Path | None
     report_json: dict[str, Any] = field(default_factory=dict)
+    # The suite's history with this gate appended (``history=True``), oldest first.
+    trend: list[TrendEntry] = field(default_factory=list)
 
 
 def run_gate(
@@ -68,7 +72,12 @@ def run_gate(
     revision: str | None = None,
     device: str | None = None,
     log: Callable[[str], Any] = print,
+    history: bool = False,
+    commit: str | None = None,
 ) -> GateResult:
+    """Evaluate ``model`` on the suite and compare with the stored baseline and its anchor.
+    ``history``: append this gate to the suite's history (``baseline/trend.py``), ``commit``
+    naming the evaluated commit there."""
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     if baseline_path.exists() and not baseline_path.is_file():
@@ -83,10 +92,13 @@ def run_gate(
     # Fail on a corrupt baseline before loading anything heavy, on a foreign one before lm-eval runs.
     with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
         stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
+        anchor = anchors.load_anchor(baseline_path) if stored is not None else None
 
     def preflight(plan: RunPlan) -> None:
         if stored is not None:
             check_baseline_before(stored, suite, plan)
+            if anchor is not None:
+                check_baseline_before(anchor, suite, plan)
             # A margin no drop can exceed is refused before the GPU time is spent, not after.
             unreachable = margins.unreachable(stored, policy or suite.policy)[0]
             if unreachable:
@@ -103,8 +115,9 @@ def run_gate(
         return GateResult(0, None, notice, run_dir, {"verdict": "pass", "notice": notice, "comparisons": []})
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         candidate = load_run(run_dir, cluster_keys=suite.cluster_keys())
-    outcome = compare_for_suite(stored, candidate, suite, policy)
-    return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome))
+    outcome = compare_for_suite(stored, candidate, suite, policy, anchor=anchor)
+    kept = _append_history(baseline_path, outcome, suite, commit, None, inside=baseline is None) if history else []
+    return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome), kept)
 
 
 def gate_run(
@@ -113,6 +126,8 @@ def gate_run(
     *,
     baseline: str | Path | None = None,
     policy: Policy | None = None,
+    history: bool = False,
+    commit: str | None = None,
 ) -> GateResult:
     """``gatekeeper gate --run``: gate a run made elsewhere (another job, ``gatekeeper merge``)
     against the stored baseline, without evaluating. A missing baseline is an error here (no
@@ -125,7 +140,16 @@ def gate_run(
         raise GateError(f"{base_path}: no baseline file; record one on purpose with "
                         f"`gatekeeper baseline record {run} --suite {suite.path}`")
     outcome = compare_paths(base_path, run, suite, policy)
-    return GateResult(outcome.exit_code, outcome, None, Path(run), report.to_json(outcome))
+    kept = _append_history(base_path, outcome, suite, commit, None, inside=baseline is None) if history else []
+    return GateResult(outcome.exit_code, outcome, None, Path(run), report.to_json(outcome), kept)
+
+
+def _append_history(baseline: Path, outcome: Outcome, suite: Suite, commit: str | None, model: str | None, *,
+                    inside: bool) -> list[TrendEntry]:
+    model = model or (outcome.candidate.provenance.manifest or {}).get("model") or outcome.candidate.provenance.model_name
+    model = portable_path(model) if isinstance(model, str) else None  # no path of this machine in a committed file
+    entry = trend.entry_from_outcome(outcome, baseline=baseline, commit=commit, model=model)
+    return trend.append(baseline, entry, suite, inside=inside)
 
 
 # ----------------------------------------------------------------------------- one path
@@ -150,24 +174,34 @@ def compare_paths(
     with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
         base_runs = [store.load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]]
         cand_runs = [store.load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]]
+        # The anchor of a stored baseline is compared too; repeats of the baseline have none.
+        anchor = anchors.load_anchor(base_path) if not also_baseline and base_path.is_file() else None
     check_repeats(base_runs, "--also-baseline")  # repeats pass the baseline-vs-candidate checks too
     check_repeats(cand_runs, "--also-candidate")
     base, cand = merge_repeats(base_runs), merge_repeats(cand_runs)
-    return compare_for_suite(base, cand, suite, policy, seed=seed)
+    return compare_for_suite(base, cand, suite, policy, seed=seed, anchor=anchor)
 
 
 def compare_for_suite(
-    baseline: RunResults, candidate: RunResults, suite: Suite, policy: Policy | None = None, *, seed: int = 0
+    baseline: RunResults, candidate: RunResults, suite: Suite, policy: Policy | None = None, *, seed: int = 0,
+    anchor: RunResults | None = None,
 ) -> Outcome:
-    """Both runs belong to ``suite``, its names match the candidate, compare, attach snippets."""
+    """Both runs belong to ``suite``, its names match the candidate, compare (with the anchor
+    too, unless it holds the baseline's own values), attach snippets."""
     fix_base = f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}"
     check_run_matches_suite(baseline, suite, what="baseline", fix=fix_base)
     check_suite_hash(baseline, suite)  # the hash alone, for a baseline without other provenance
+    if anchor is not None and anchors.same_measurement(anchor, baseline):
+        anchor = None
+    if anchor is not None:
+        fix_anchor = f"pin an anchor of the current suite: gatekeeper baseline pin --current --suite {suite.path} --reason ..."
+        check_run_matches_suite(anchor, suite, what="anchor", fix=fix_anchor)
+        check_suite_hash(anchor, suite)
     check_run_matches_suite(candidate, suite, what="candidate",
                             fix=f"re-run the candidate with this suite: gatekeeper run --suite {suite.path} ...")
     names.check_suite(suite, names.from_run(candidate), what="the candidate",
                       policy=policy)
-    outcome = compare_runs(baseline, candidate, policy or suite.policy, suite=suite.name, seed=seed)
+    outcome = compare_runs(baseline, candidate, policy or suite.policy, suite=suite.name, seed=seed, anchor=anchor)
     attach_snippets(outcome)
     return outcome
 
@@ -182,9 +216,44 @@ def record_run(run_dir: Path, suite: Suite, *, force: bool = False, path: Path |
     return store.record_results(_run_for(run_dir, suite), suite, force=force, path=target)
 
 
-def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None) -> Path:
-    """Replace the suite's baseline with ``run_dir``; the previous one moves to ``history/``."""
-    return store.promote_results(_run_for(run_dir, suite), suite, path=path)
+def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, history: bool = True,
+                commit: str | None = None) -> Path:
+    """Replace the suite's baseline with ``run_dir``; the previous one moves to ``history/`` (and
+    becomes the anchor when there is none yet); ``history``: the promotion is recorded."""
+    results = _run_for(run_dir, suite)
+    written = store.promote_results(results, suite, path=path)
+    if history:
+        model = (results.provenance.manifest or {}).get("model") or results.provenance.model_name
+        model = portable_path(model) if isinstance(model, str) else None
+        trend.append(written, trend.entry_from_run(results, suite.policy, event="promote", verdict="promoted",
+                                                   baseline=written, commit=commit, model=model),
+                     suite, inside=path is None)
+    return written
+
+
+def pin_anchor(suite: Suite, *, run_dir: Path | None, reason: str, who: str | None,
+               path: Path | None = None, commit: str | None = None) -> Path:
+    """``baseline pin``: make ``run_dir`` (None: the current baseline) the anchor, on purpose, and
+    record who moved it and why in the history."""
+    if not reason.strip():
+        raise GateError("baseline pin: --reason is empty; say why the anchor moves (it is kept in the history)")
+    base = Path(path) if path is not None else suite.baseline_path
+    if run_dir is None:
+        if not base.is_file():
+            raise GateError(f"{base}: no baseline to pin as the anchor")
+        with trusted_code(suite.include_path, tuple(suite.task_names)):
+            results = store.load_baseline(base)
+        check_run_matches_suite(results, suite, what="baseline",
+                                fix=f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}")
+    else:
+        results = _run_for(run_dir, suite)
+    written = store.pin_anchor(results, suite, baseline=path)
+    model = (results.provenance.manifest or {}).get("model") or results.provenance.model_name
+    model = portable_path(model) if isinstance(model, str) else None
+    trend.append(base, trend.entry_from_run(results, suite.policy, event="pin", verdict="pinned", baseline=base,
+                                            commit=commit, model=model, who=who, why=reason.strip()),
+                 suite, inside=path is None)
+    return written
 
 
 def _run_for(run_dir: Path, suite: Suite) -> RunResults:

@@ -153,3 +153,37 @@ def is_finite(v: Any) -> bool:
         return math.isfinite(float(v))
     except OverflowError:
         return False
+
+
+@dataclass
+class TrendRow:
+    """One gated metric in a history entry (``baseline/trend.py``): the candidate's aggregate,
+    what it was compared with, and the verdicts. Numbers are None where not measured."""
+
+    key: str  # "task/filter/metric", as SeriesKey prints
+    value: float | None
+    baseline: float | None = None
+    anchor: float | None = None  # None: the baseline was its own anchor
+    lo: float | None = None  # the delta interval against the baseline
+    hi: float | None = None
+    margin: float = 0.0
+    higher_is_better: bool = True
+    verdict: str = ""  # against the baseline
+    anchor_verdict: str = ""  # against the anchor ("" when the baseline is its own anchor)
+
+
+@dataclass
+class TrendEntry:
+    """One gate, promote or pin in a suite's history, with a row per gated metric."""
+
+    date: str  # ISO 8601, UTC
+    event: str  # "gate" | "promote" | "pin"
+    verdict: str  # the suite's: pass | fail | drift | promoted | pinned
+    commit: str | None = None
+    model: str | None = None
+    baseline_id: str | None = None  # file ids (sha256 prefix) of the baseline and the anchor
+    anchor_id: str | None = None
+    anchor_date: str | None = None
+    who: str | None = None  # pin: who moved the anchor and why
+    why: str | None = None
+    rows: list[TrendRow] = field(default_factory=list)

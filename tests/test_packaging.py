@@ -28,7 +28,7 @@ EXAMPLES = sorted((REPO / "docs" / "workflows").glob("*.yml"))
 OWN_WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 EXPECTED_INPUTS = {
     "command", "suite", "model", "revision", "baseline", "candidate", "out", "github-token",
-    "comment", "fail-on", "allow-forks", "promote-on-green", "pr-number", "bootstrap",
+    "comment", "fail-on", "allow-forks", "promote-on-green", "pr-number", "bootstrap", "mlflow-tracking-uri",
 }
 EXPECTED_OUTPUTS = {"verdict", "regressions", "report-json", "comment-url"}
 ENTRYPOINT = ["python", "-m", "gatekeeper.action"]

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gatekeeper.baseline import anchor
 from gatekeeper.baseline import format as fmt
 from gatekeeper.errors import GateError
 from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock, project_root
@@ -61,14 +62,40 @@ def record_results(
 
 
 def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None) -> Path:
+    """Replace the working baseline; the anchor (``anchor.py``) stays: the baseline being replaced
+    becomes the anchor when there is none yet, and a promotion that changes the measurement
+    (another suite hash than the anchor's) drops the old anchor."""
     target = Path(path) if path is not None else suite.baseline_path
     check_target(target, suite, inside=path is None)
+    check_target(anchor.anchor_path(target), suite, inside=path is None)
     with store_lock(target):
         if target.is_file():
             # Copy first, replace second: a failure at any point leaves the current baseline valid.
             _write_history(target, target.read_bytes())
+            anchor.keep_as_anchor(target, replace=_measures_otherwise(target, suite))
         save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
+
+
+def pin_anchor(results: RunResults, suite: Suite, *, baseline: Path | None = None) -> Path:
+    """Make ``results`` the anchor of the suite's baseline (``baseline pin``; the caller records why)."""
+    base = Path(baseline) if baseline is not None else suite.baseline_path
+    if not base.is_file():
+        raise GateError(f"{base}: no baseline to anchor; record one first (gatekeeper baseline record RUN_DIR "
+                        f"--suite {suite.path})")
+    target = anchor.anchor_path(base)
+    check_target(target, suite, inside=baseline is None)
+    with store_lock(base):
+        save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
+    return target
+
+
+def _measures_otherwise(target: Path, suite: Suite) -> bool:
+    """Whether the anchor in place (else the baseline about to become it) was recorded for
+    another suite hash than the one being promoted into."""
+    current = anchor.anchor_path(target) if anchor.anchor_path(target).is_file() else target
+    recorded = fmt.read(current)[1].provenance.suite_hash
+    return bool(recorded) and recorded != suite.hash
 
 
 def check_target(target: Path, suite: Suite, *, inside: bool = True) -> None:

@@ -211,17 +211,22 @@ def find_tracking_issue(client: GitHubClient, repo: str, suite: str) -> dict | N
 
 
 def track_nightly(
-    client: GitHubClient, repo: str, suite: str, *, regressed: bool, report: str, run_url: str | None
+    client: GitHubClient, repo: str, suite: str, *, regressed: bool, report: str, run_url: str | None,
+    drift: bool = False,
 ) -> TrackingResult:
-    """Regression: open the tracking issue or comment on the open one.
+    """Regression (or drift since the anchor): open the tracking issue or comment on the open one.
     Green: comment on and close an open one. Never raises."""
+    what = "drift since the anchor" if drift else "regression"
     try:
         issue = find_tracking_issue(client, repo, suite)
         run_ref = f" ([run]({run_url}))" if run_url else ""
         if regressed:
             if issue is None:
+                found = ("drift: each night passed against the night before, but the model is now worse than "
+                         "the anchor (the reference a person approved) by more than the margin" if drift
+                         else "a regression")
                 body = fit_body(
-                    f"The nightly gate for suite `{_safe_suite(suite)}` found a regression{run_ref}.\n\n"
+                    f"The nightly gate for suite `{_safe_suite(suite)}` found {found}{run_ref}.\n\n"
                     f"This issue is closed automatically on the first green night.\n\n{report}",
                     tracking_marker(suite),
                 )
@@ -229,7 +234,7 @@ def track_nightly(
                     client,
                     lambda: client.create_issue(
                         repo,
-                        title=f"gatekeeper: nightly regression in suite {_safe_suite(suite)}",
+                        title=f"gatekeeper: nightly {what} in suite {_safe_suite(suite)}",
                         body=body,
                         labels=[TRACKING_LABEL],
                     ),
@@ -237,7 +242,7 @@ def track_nightly(
                 )
                 return TrackingResult("opened", url=created.get("html_url"), number=created.get("number"))
             c = client.create_issue_comment(
-                repo, issue["number"], fit_body(f"Still regressed{run_ref}.\n\n{report}", ""),
+                repo, issue["number"], fit_body(f"Still {'drifted' if drift else 'regressed'}{run_ref}.\n\n{report}", ""),
                 idempotent=True,  # a duplicate progress note is harmless; retry it blindly
             )
             return TrackingResult("commented", url=c.get("html_url"), number=issue["number"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from gatekeeper.compare.outcome import Outcome
 from gatekeeper.report.numbers import signed
@@ -29,6 +30,11 @@ def headline(outcome: Outcome, ctx: ReportContext | None = None) -> str:
     if outcome.regressions:
         n = len(outcome.regressions)
         return f"gatekeeper {suite}: {n} regression{'s' if n != 1 else ''}{refs}: {_named(outcome.regressions)}"
+    if outcome.verdict == "drift":
+        n = len(outcome.drifted)
+        return (f"gatekeeper {suite}: drift{refs}: {n} gated metric{'s' if n != 1 else ''} regressed since the "
+                f"anchor of {anchor_date(outcome)}, though no regression against the baseline: "
+                f"{_drift_named(outcome)}")
     if outcome.failures:  # non-inferiority: not shown to be within the margin
         n = len(outcome.failures)
         return (f"gatekeeper {suite}: {n} of {len(gated)} gated not shown within the margin "
@@ -41,6 +47,26 @@ def headline(outcome: Outcome, ctx: ReportContext | None = None) -> str:
             f"a drop beyond the margin is not ruled out{worse}"
         )
     return f"gatekeeper {suite}: passed, no regression in {len(gated)} gated metrics{refs}{worse}"
+
+
+def anchor_date(outcome: Outcome) -> str:
+    """The day the anchor was measured (YYYY-MM-DD), or "unknown date"."""
+    stamp = outcome.anchor.provenance.date if outcome.anchor is not None else None
+    if not isinstance(stamp, (int, float)) or stamp != stamp or abs(stamp) > 1e11:
+        return "unknown date"
+    return datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%d")
+
+
+def _drift_named(outcome: Outcome) -> str:
+    """"demo_capitals_mc acc −0.12 since the anchor, −0.02 against the baseline", up to three."""
+    against_base = {c.key: c for c in outcome.comparisons}
+    parts = []
+    for c in outcome.drifted[:3]:
+        name = " ".join(f"{c.key.task} {c.key.metric}".split())
+        b = against_base.get(c.key)
+        last = f", {signed(b.test.delta)} against the baseline" if b is not None else ""
+        parts.append(f"{name} {signed(c.test.delta)} since the anchor{last}")
+    return "; ".join(parts) + ("…" if len(outcome.drifted) > 3 else "")
 
 
 def _named(comparisons: list) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from gatekeeper import __version__
 from gatekeeper.compare.outcome import Comparison, Outcome
 from gatekeeper.model import Provenance
+from gatekeeper.report.headline import anchor_date
 from gatekeeper.report.numbers import finite
 
 SCHEMA_VERSION = 1
@@ -95,6 +96,14 @@ def _report_dict(outcome: Outcome) -> dict[str, Any]:
         "regressions": len(outcome.regressions),
         "inconclusive": len(outcome.inconclusive),
         "worse_within_margin": len(outcome.worse),
+        "drifted": len(outcome.drifted),
+        # The candidate against the anchor (the reference a person approved), in the same family;
+        # null when the baseline is its own anchor.
+        "anchor": None if outcome.anchor is None else {
+            "date": anchor_date(outcome),
+            "provenance": _provenance_json(outcome.anchor.provenance),
+            "comparisons": [comparison_json(c) for c in outcome.anchor_comparisons],
+        },
         "policy": {
             "alpha": outcome.policy.alpha,
             "correction": outcome.policy.correction,

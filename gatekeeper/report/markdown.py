@@ -11,7 +11,7 @@ from typing import Any
 
 from gatekeeper import __version__
 from gatekeeper.compare.outcome import Comparison, Outcome, verdict_words
-from gatekeeper.report.headline import ICON, ReportContext, headline
+from gatekeeper.report.headline import ICON, ReportContext, anchor_date, headline
 from gatekeeper.report.numbers import delta_cell, fmt_num, fmt_p
 from gatekeeper.text import escape_untrusted
 
@@ -115,7 +115,7 @@ def _groups_section(outcome: Outcome) -> str | None:
 def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_chars: int = 60_000) -> str:
     """The PR comment / job summary body: verdict first, table, folded details, under max_chars."""
     ctx = ctx or ReportContext(suite=outcome.suite)
-    icon = "❌" if outcome.failures else ("⚠️" if outcome.inconclusive else "✅")
+    icon = "❌" if outcome.failures else ("📉" if outcome.verdict == "drift" else ("⚠️" if outcome.inconclusive else "✅"))
     head = f"### {icon} {escape_untrusted(headline(outcome, ctx), 400)}"
     gated = [c for c in outcome.comparisons if c.gated]
     info = [c for c in outcome.comparisons if not c.gated]
@@ -128,8 +128,15 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
         "<sub>Δ = candidate − baseline in the metric's units (↑ higher is better, ↓ lower is better). "
         + _rule_text(pol, len(gated)) + "</sub>",
     ]
+    anchored = [c for c in outcome.anchor_comparisons if c.gated]
+    if anchored and outcome.verdict == "drift":  # the reason for the verdict: never folded away
+        core += ["", f"**Against the anchor of {anchor_date(outcome)}** (the reference a person approved; "
+                 "the baseline moves with every promotion, the anchor only with `gatekeeper baseline pin`):",
+                 "", _table(anchored)]
     # Optional sections, least important last: they are dropped from the end to fit.
     optional: list[tuple[str, str]] = []
+    if anchored and outcome.verdict != "drift":
+        optional.append((f"Against the anchor of {anchor_date(outcome)}", _table(anchored)))
     r2w = _r2w_section(outcome)
     if r2w:
         optional.append(("Items that went from right to wrong", r2w))

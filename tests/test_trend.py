@@ -1,0 +1,158 @@
+"""The history beside the baseline (baseline/trend.py), its charts (report/trend.py), and the
+anchor family's error rates by fixed-seed simulation (issue #15)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gatekeeper.baseline import trend
+from gatekeeper.compare.compare import compare_runs
+from gatekeeper.errors import GateError
+from gatekeeper.model import TrendEntry, TrendRow
+from gatekeeper.report import trend as draw
+from gatekeeper.suite.policy import Policy, Rule
+from gatekeeper.suite.suite import load_suite
+from tests.synthetic import fast_series, run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def suite(tmp_path: Path):
+    (tmp_path / ".git").mkdir()
+    text = (ROOT / "examples" / "gatekeeper.yaml").read_text().replace("include_path: tasks\n", "")
+    (tmp_path / "gatekeeper.yaml").write_text(text)
+    (tmp_path / ".gatekeeper" / "baselines").mkdir(parents=True)
+    return load_suite(tmp_path / "gatekeeper.yaml")
+
+
+def _entry(day: int, value: float, *, anchor: float | None = None, event: str = "gate", hib: bool = True) -> TrendEntry:
+    return TrendEntry(date=f"2026-11-{day:02d}T03:00:00Z", event=event, verdict="pass",
+                      rows=[TrendRow(key="t/acc,none", value=value, baseline=value + 0.01, anchor=anchor,
+                                     margin=0.02, higher_is_better=hib, verdict="unchanged")])
+
+
+def test_history_keeps_the_newest_entries_and_summarises_the_rest(suite) -> None:
+    base = suite.baseline_path
+    for day in range(1, 6):
+        kept = trend.append(base, _entry(day, 0.5 + day / 100), suite, keep=3)
+    assert [e.date[:10] for e in kept] == ["2026-11-03", "2026-11-04", "2026-11-05"]
+    entries, summary = trend.read_trend(base)
+    assert entries == kept
+    assert summary["entries"] == 2
+    folded = summary["metrics"]["t/acc,none"]
+    assert folded["entries"] == 2 and folded["min"] == pytest.approx(0.51) and folded["max"] == pytest.approx(0.52)
+    assert folded["mean"] == pytest.approx(0.515) and folded["first"].startswith("2026-11-01")
+    lines = trend.trend_path(base).read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["format"] == "gatekeeper-trend"
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("{not json", ":2: not JSON"),
+    ('{"date": "x", "event": "gate", "verdict": "pass", "evil": 1}', ":2: unknown field 'evil'"),
+    ('{"date": "x", "event": "gate", "verdict": "pass", "rows": [{"key": "k", "value": "NaN"}]}',
+     ":2: rows[0].value is not a finite number"),
+    ('{"date": "x", "event": "gate", "verdict": "pass", "rows": [{"key": "k", "value": true}]}',
+     ":2: rows[0].value is not a finite number"),
+    ('{"date": 5, "event": "gate", "verdict": "pass"}', ":2: date is missing or not a string"),
+    ("[1, 2]", ":2: expected an object"),
+])
+def test_a_hostile_history_is_refused_naming_the_line(suite, line: str, problem: str) -> None:
+    path = trend.trend_path(suite.baseline_path)
+    path.write_text('{"format": "gatekeeper-trend", "version": 1, "summary": {}}\n' + line + "\n")
+    with pytest.raises(GateError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        trend.read_trend(suite.baseline_path)
+    with pytest.raises(GateError):  # and nothing is appended to it
+        trend.append(suite.baseline_path, _entry(1, 0.5), suite)
+    assert path.read_text().count("\n") == 2
+
+
+def test_a_symlinked_or_foreign_history_is_refused(suite, tmp_path: Path) -> None:
+    path = trend.trend_path(suite.baseline_path)
+    path.write_text('{"format": "something-else"}\n')
+    with pytest.raises(GateError, match="not a gatekeeper history"):
+        trend.read_trend(suite.baseline_path)
+    path.unlink()
+    os.symlink(tmp_path / "elsewhere.jsonl", path)
+    with pytest.raises(GateError, match="is a symlink"):
+        trend.append(suite.baseline_path, _entry(1, 0.5), suite)
+    assert not (tmp_path / "elsewhere.jsonl").exists()
+
+
+def test_the_chart_draws_the_values_the_anchor_and_the_margin_edge() -> None:
+    entries = [_entry(1, 0.90), _entry(2, 0.88, anchor=0.91), _entry(3, 0.86, anchor=0.91),
+               _entry(3, 0.0, event="promote")]  # promotions are not points: the gate measured them
+    chart = draw.mermaid(entries)
+    assert chart.startswith("```mermaid\nxychart-beta\n") and chart.endswith("```")
+    lines = [line.strip() for line in chart.splitlines() if line.strip().startswith("line [")]
+    assert lines == ["line [0.9, 0.88, 0.86]", "line [0.91, 0.91, 0.91]", "line [0.89, 0.89, 0.89]"]
+    assert 'x-axis ["2026-11-01", "2026-11-02", "2026-11-03"]' in chart
+    lower = draw.mermaid([_entry(1, 6.3, anchor=6.2, hib=False)])
+    assert "line [6.3]" in lower and "line [6.22]" in lower  # lower is better: the edge is above
+    assert draw.sparkline([0.9, 0.88, 0.86]) == "█▅▁"  # halfway is the 5th of 8 steps
+
+
+def test_untrusted_text_cannot_break_out_of_a_chart_label() -> None:
+    entry = _entry(1, 0.5)
+    entry.rows[0].key = 't"\n```\n<script>/acc'
+    chart = draw.mermaid([entry])
+    assert chart.count("```") == 2 and "<script>" not in chart and '"t_ ___ _script_/acc"' in chart
+
+
+# ----------------------------------------------------------------------------- simulation
+
+N_ITEMS = 1000
+POLICY = Policy(alpha=0.05, correction="holm", margin=0.0, resamples=1000,
+                rules=[Rule(task="t", metric="*", margin=0.02)])
+
+
+def _nights(rng: np.random.Generator, nights: int, p_break: float, p_fix: float, *, anchor: bool) -> str | None:
+    """Nights of a model whose items break/fix at these rates, gated as the nightly does:
+    promoted when it passes with nothing inconclusive. The first failing verdict, or None."""
+    truth = (rng.random(N_ITEMS) < 0.7).astype(float)
+    first = run(fast_series("t", truth))
+    baseline = first
+    for _ in range(nights):
+        u = rng.random(N_ITEMS)
+        truth = np.where(truth == 1, (u >= p_break).astype(float), (u < p_fix).astype(float))
+        cand = run(fast_series("t", truth))
+        out = compare_runs(baseline, cand, POLICY, anchor=first if anchor and baseline is not first else None)
+        if out.verdict != "pass":
+            return out.verdict
+        if not out.inconclusive:
+            baseline = cand
+    return None
+
+
+def test_false_alarms_over_30_harmless_nights_stay_at_alpha() -> None:
+    """Harmless nights (items flip both ways at 2%) against the last night and the anchor, as one
+    Holm family: the share of nights with a false alarm stays at alpha (0.05) within Monte-Carlo
+    error, and the share of 30-night sequences with any false alarm is what 30 looks cost."""
+    rng = np.random.default_rng(15)
+    alarms = nights_total = 0
+    for _ in range(60):
+        verdict = _nights(rng, 30, 0.02, 0.02 * 0.7 / 0.3, anchor=True)
+        alarms += verdict is not None
+        nights_total += 30
+    per_night = alarms / nights_total
+    assert per_night <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / nights_total), per_night
+
+
+def test_the_anchor_catches_a_steady_decline_the_nightly_baseline_misses() -> None:
+    """Each night breaks 1.2% of right items and fixes 0.8% of wrong ones (~ -0.6 points a
+    night against a 2-point margin): night over night it passes, the anchor fails it."""
+    rng = np.random.default_rng(1515)
+    caught_with = caught_without = 0
+    runs = 40
+    for _ in range(runs):
+        state = rng.bit_generator.state
+        caught_with += _nights(rng, 15, 0.012, 0.008, anchor=True) is not None
+        rng.bit_generator.state = state  # the same nights, judged without an anchor
+        caught_without += _nights(rng, 15, 0.012, 0.008, anchor=False) is not None
+    assert caught_with / runs >= 0.9, (caught_with, caught_without)
+    assert caught_without / runs <= 0.5, (caught_with, caught_without)
