@@ -69,6 +69,23 @@ def test_a_pr_that_links_its_baseline_to_a_regressed_history_entry_is_refused(ws
     assert ".gatekeeper/baselines/demo.json.gz: the baseline path is a symlink in the checkout" in line
 
 
+def test_a_pr_that_deletes_the_anchor_is_still_judged_against_the_bases(ws, gh, capfd):
+    """The anchor (the approved reference) comes from the base commit like the baseline: a PR that
+    deletes it, or replaces it with its own candidate, cannot turn drift into a pass."""
+    baselines = ws / ".gatekeeper/baselines"
+    shutil.copy(baselines / "demo.json.gz", baselines / "demo.anchor.json.gz")  # the approved reference
+    shutil.copy(ws / "runs/regressed.json.gz", baselines / "demo.json.gz")  # promoted night by night since
+    commit_base(ws)
+    (baselines / "demo.anchor.json.gz").unlink()
+    commit(ws, "head: no anchor, please")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and "gatekeeper: drift (exit 1)" in res["out"], res["out"][-3000:]
+    shutil.copy(ws / "runs/regressed.json.gz", baselines / "demo.anchor.json.gz")
+    commit(ws, "head: the anchor is the candidate now")
+    res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
+    assert res["code"] == 1 and "gatekeeper: drift (exit 1)" in res["out"], res["out"][-3000:]
+
+
 def test_a_pr_that_links_its_suite_to_a_lenient_one_is_refused(ws, gh, capfd):
     (ws / "lenient.yaml").write_text(SUITE.replace("margin: 0.1", "margin: 0.5"))
     commit_base(ws, "gatekeeper.yaml", ".gatekeeper", "lenient.yaml")

@@ -5,7 +5,8 @@ branch, a comment that checked out a PR's head), the checkout supplies the model
 else. Everything that defines the measurement is read from the base commit's git objects and
 written into a private temporary folder, with the repository's layout:
 
-- the suite file, its ``include_path`` tree (task YAMLs, Python, data files) and the baseline;
+- the suite file, its ``include_path`` tree (task YAMLs, Python, data files), the baseline and
+  its anchor (``anchor.py``);
 - paths are built lexically (no ``resolve()`` of the working tree, whose links the PR controls)
   and a symlink (git mode 120000) or submodule on them, at the base or in the working tree, is
   refused: exit 2 naming the path;
@@ -26,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gatekeeper.baseline import gitbase, store
+from gatekeeper.baseline.anchor import anchor_path
 from gatekeeper.compare.compat import check_suite_hash
 from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults
@@ -114,6 +116,12 @@ def base_tree(workspace: Path, sha: str, suite_input: str, *, baseline_input: st
             )
         baseline = _write(root, baseline_rel, blob)
         stored = _load_checked(baseline, base_suite, f"{baseline_rel} at base commit {sha[:7]}")
+        # The anchor too, from the base commit only: a PR that moves or deletes it changes nothing.
+        anchor_rel = str(PurePosixPath(baseline_rel).with_name(anchor_path(Path(PurePosixPath(baseline_rel).name)).name))
+        _refuse_worktree_links(repo, anchor_rel, "anchor")
+        anchor_blob = _read_file(repo, sha, anchor_rel, "anchor", why, missing_ok=True)
+        if anchor_blob is not None:
+            _write(root, anchor_rel, anchor_blob)
         notes = _notes(repo, sha, _short(why), suite_rel, include_rel, baseline_rel,
                        default_baseline if baseline_input is None else None, base_suite, data, stored)
         yield BaseTree(sha=sha, root=root, suite=base_suite, baseline=baseline, notes=notes)
