@@ -246,6 +246,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     _check_writable(args.json, args.markdown)
     if (args.model is None) == (args.run is None):
         raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run), not both")
+    if args.sequential and args.run is not None:
+        raise GateError("gate --sequential evaluates the model look by look; it does not take --run")
     if args.run is not None:
         if args.record_missing or args.out or args.revision or args.device:
             raise GateError("gate --run: --record-missing, --out, --revision and --device apply only to "
@@ -265,9 +267,19 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise GateError("gate --from-commit: the commit's own baseline is used; --baseline and "
                             "--record-missing do not apply")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
-            result = run_gate(suite.path, args.model, out_dir=out, baseline=base_baseline or args.baseline,
-                              record_missing=args.record_missing, revision=args.revision, device=args.device,
-                              log=_out, history=_keeps_history(args), commit=_commit())
+            if args.sequential:
+                if args.record_missing:
+                    raise GateError("gate --sequential: --record-missing does not apply (a sequential gate "
+                                    "evaluates a sample of the items; record the baseline from a whole run)")
+                from gatekeeper.gate import run_sequential_gate
+
+                result = run_sequential_gate(suite.path, args.model, out_dir=out, looks=args.looks,
+                                             baseline=base_baseline or args.baseline, revision=args.revision,
+                                             device=args.device, log=_out)
+            else:
+                result = run_gate(suite.path, args.model, out_dir=out, baseline=base_baseline or args.baseline,
+                                  record_missing=args.record_missing, revision=args.revision, device=args.device,
+                                  log=_out, history=_keeps_history(args), commit=_commit())
         if result.outcome is None:
             _out(result.notice)
             if args.json:
@@ -275,7 +287,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
             if args.markdown:
                 _atomic_write(Path(args.markdown), f"### ✅ {escape_untrusted(result.notice, 1000)}\n")
             return EXIT_OK
-        code = _emit(result.outcome, args, {"run_dir": str(result.run_dir)} if args.out else None)
+        extra = {"run_dir": str(result.run_dir)} if args.out else {}
+        if "sequential" in result.report_json:
+            extra["sequential"] = result.report_json["sequential"]
+        code = _emit(result.outcome, args, extra or None)
         if args.print_markdown:
             print()
             _out(report.render_markdown(result.outcome))
@@ -492,6 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device")
     _add_report_flags(p)
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
+    p.add_argument("--sequential", action="store_true",
+                   help="evaluate the items in looks of a seeded random order and stop as soon as the verdict is "
+                        "known (O'Brien-Fleming alpha spending, conditional-power futility); a sample, never a baseline")
+    p.add_argument("--looks", type=int, default=4, help="with --sequential: how many looks, 2 to 10 (default 4)")
     p.add_argument("--no-history", action="store_true",
                    help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
     _add_mlflow(p)

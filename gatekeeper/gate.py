@@ -21,6 +21,7 @@ after (``compat.check_compatible``, inside ``compare_runs``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 from gatekeeper import report
 from gatekeeper.baseline import anchor as anchors
 from gatekeeper.baseline import store, trend
-from gatekeeper.compare import margins
+from gatekeeper.compare import margins, sequential
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
@@ -41,9 +42,11 @@ from gatekeeper.compare.outcome import Outcome
 from gatekeeper.errors import GateError
 from gatekeeper.files import portable_path
 from gatekeeper.model import RunResults, TrendEntry
+from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
 from gatekeeper.run import runner
+from gatekeeper.run.looks import Look
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
 from gatekeeper.suite.policy import Policy
@@ -150,6 +153,101 @@ def _append_history(baseline: Path, outcome: Outcome, suite: Suite, commit: str 
     model = portable_path(model) if isinstance(model, str) else None  # no path of this machine in a committed file
     entry = trend.entry_from_outcome(outcome, baseline=baseline, commit=commit, model=model)
     return trend.append(baseline, entry, suite, inside=inside)
+
+
+# ----------------------------------------------------------------------------- sequential
+
+
+def run_sequential_gate(
+    suite_path: str | Path,
+    model: str,
+    *,
+    out_dir: str | Path,
+    looks: int = sequential.DEFAULT_LOOKS,
+    baseline: str | Path | None = None,
+    policy: Policy | None = None,
+    revision: str | None = None,
+    device: str | None = None,
+    log: Callable[[str], Any] = print,
+    futility: float = sequential.DEFAULT_FUTILITY,
+) -> GateResult:
+    """``gate --sequential``: evaluate the items in ``looks`` chunks of a seeded random order
+    (``run/looks.py``) and stop when the verdict is known (``compare/sequential.py``): a
+    regression at a look's level fails at once; a task whose gated metrics cannot plausibly end
+    regressed stops; the last look decides what is left. One run folder per look under
+    ``out_dir``; never recorded or promoted (a sample of the items, not a whole run)."""
+    if not 2 <= looks <= 10:
+        raise GateError(f"--looks {looks}: between 2 and 10 looks")
+    suite = load_suite(suite_path)
+    baseline_path = Path(baseline) if baseline else suite.baseline_path
+    if not baseline_path.is_file():
+        raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one (record it first: "
+                        f"gatekeeper baseline record RUN_DIR --suite {suite.path})")
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(baseline_path)
+        anchor = anchors.load_anchor(baseline_path)
+    policy = policy or suite.policy
+    t = sequential.fractions(looks)
+    levels = sequential.look_levels(t, policy.alpha)
+    seed = int(suite.seeds.get("random", 0) or 0)
+
+    def preflight(plan: RunPlan) -> None:
+        check_baseline_before(stored, suite, plan)
+        if anchor is not None:
+            check_baseline_before(anchor, suite, plan)
+
+    runs: list[RunResults] = []
+    news: list[dict[str, list[int]]] = []
+    done: frozenset[str] = frozenset()
+    steps: list[dict[str, Any]] = []
+    for k in range(1, looks + 1):
+        look = Look(k, looks, seed, done)
+        log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
+        run_dir = runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
+                                   log=log, preflight=preflight if k == 1 else None, look=look)
+        with trusted_code(suite.include_path, tuple(suite.task_names)):
+            runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
+        manifest = runs[-1].provenance.manifest or {}
+        news.append({t_: list(d) for t_, d in (manifest.get("look") or {}).get("docs", {}).items()})
+        candidate = subset.join(runs, news)
+        docs = subset.docs_of(candidate)
+        look_policy = dataclasses.replace(policy, alpha=float(levels[k - 1]))
+        outcome = compare_for_suite(subset.restrict(stored, docs), candidate, suite, look_policy,
+                                    anchor=subset.restrict(anchor, docs) if anchor is not None else None)
+        decision = sequential.decide(outcome, k, t, policy.alpha, futility)
+        steps.append({"look": k, "level": decision.level, "decision": decision.decision,
+                      "wall_seconds": float(manifest.get("wall_seconds") or 0.0),
+                      "stopped_tasks": sorted(decision.done_tasks - done)})
+        if decision.decision != "continue":
+            break
+        done = done | decision.done_tasks
+    sizes = (runs[0].provenance.manifest or {}).get("look", {}).get("items", {})
+    info = _sequential_report(looks, steps, sizes, docs, policy.alpha)
+    log(info["summary"])
+    report_json = report.to_json(outcome)
+    report_json["sequential"] = info
+    outcome.notes.append(info["summary"])
+    return GateResult(outcome.exit_code, outcome, None, Path(out_dir), report_json)
+
+
+def _sequential_report(looks: int, steps: list[dict[str, Any]], sizes: dict[str, int],
+                       docs: dict[str, Any], alpha: float) -> dict[str, Any]:
+    """What the report says of a sequential gate: where it stopped, items per task, time saved."""
+    total = sum(int(n) for n in sizes.values())
+    seen = {t_: int(len(d)) for t_, d in docs.items()}
+    evaluated = sum(seen.values())
+    wall = sum(s["wall_seconds"] for s in steps)
+    per_item = wall / evaluated if evaluated else 0.0
+    saved = per_item * (total - evaluated)
+    last = steps[-1]
+    why = {"fail": "a regression at this look's level", "pass": "no gated metric can plausibly end regressed"}
+    summary = (f"sequential: stopped at look {last['look']} of {looks} ({last['decision']}: "
+               f"{why.get(last['decision'], 'the last look')}); {evaluated:,} of {total:,} items evaluated "
+               f"({evaluated / total:.0%}), about {saved:.0f} s of evaluation saved at {per_item * 1000:.1f} ms per item")
+    return {"looks": looks, "stopped_at": last["look"], "decision": last["decision"], "alpha": alpha,
+            "steps": steps, "items": {t_: {"evaluated": seen.get(t_, 0), "total": int(n)} for t_, n in sizes.items()},
+            "evaluated": evaluated, "total": total, "seconds_saved_estimate": round(saved, 1), "summary": summary,
+            "partial": evaluated < total}
 
 
 # ----------------------------------------------------------------------------- one path

@@ -186,6 +186,10 @@ def _run_differences(run: RunResults, suite: Suite, side: str) -> list[str]:
     prov = run.provenance
     man = prov.manifest or {}
     out: list[str] = []
+    look = man.get("look")
+    if isinstance(look, dict):  # one look of a sequential gate: a sample of the items, never a baseline
+        out.append(f"{side} is look {look.get('index')}/{look.get('count')} of a sequential gate, a sample of "
+                   "the items, not a whole run (run the suite without --sequential to record or promote it)")
     shard = man.get("shard")
     if isinstance(shard, dict):  # part of a run: gating it alone would judge 1/N of the items
         out.append(f"{side} is shard {shard.get('index')}/{shard.get('count')} of a run, not a whole run "

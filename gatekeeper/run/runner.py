@@ -41,10 +41,11 @@ from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
 from gatekeeper.results import taskindex
 from gatekeeper.results.layout import MANIFEST_NAME
-from gatekeeper.run import backends, cache, hardware, packages
+from gatekeeper.run import backends, cache, hardware, looks, packages
 from gatekeeper.run import progress as progress_lines
 from gatekeeper.run.backends import BackendPlan
 from gatekeeper.run.environment import evaluation_env
+from gatekeeper.run.looks import Look
 from gatekeeper.run.shard import Shard, selection
 from gatekeeper.run.taskdata import data_files_beside_yaml
 from gatekeeper.suite import names, taskcode
@@ -89,6 +90,8 @@ class RunManifest:
     samples_files: dict[str, str] = field(default_factory=dict)
     # ``run --shard K/N``: which documents this run covers (``shard_manifest``); None when whole.
     shard: dict[str, Any] | None = None
+    # A look of ``gate --sequential``: its index, count, seed and new documents (``look_manifest``).
+    look: dict[str, Any] | None = None
     backend: str = "hf"
     backend_versions: dict[str, str] = field(default_factory=dict)
     model_args: dict[str, Any] = field(default_factory=dict)
@@ -131,6 +134,7 @@ def run_suite(
     preflight: Callable[[RunPlan], Any] | None = None,
     shard: Shard | None = None,
     cache_dir: Path | str | None = None,
+    look: Look | None = None,
 ) -> Path:
     """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
 
@@ -140,13 +144,15 @@ def run_suite(
     Once lm-eval has built the tasks, and before it evaluates anything, every name in the
     suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
     ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there).
-    ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards)."""
+    ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards);
+    ``look`` only that look's documents of a sequential gate (``run/looks.py``)."""
     out_dir = Path(out_dir)
     fresh = not out_dir.exists()
     try:
         return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
                     dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard,
-                    cache_dir=cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None)
+                    cache_dir=cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None,
+                    look=look)
     except BaseException:
         if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # we made it; a failed run leaves nothing behind
@@ -156,7 +162,7 @@ def run_suite(
 def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
          batch_size: Any, dtype: str | None, limit: Any, log: Log,
          preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None,
-         cache_dir: Path | str | None = None) -> Path:
+         cache_dir: Path | str | None = None, look: Look | None = None) -> Path:
     started, t0 = _utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
     settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
@@ -185,6 +191,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         if preflight is not None:
             preflight(plan)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
+        looked = look_manifest(look, leaves, settings.limit) if look is not None else None
         if settings.backend.local_device:
             settings.device = _resolve_device(settings.device)
             log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
@@ -194,8 +201,9 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
     try:
         with _quiet_output(log, t0):
-            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0,
-                                          shard_docs(picked) if picked is not None else None)
+            docs = shard_docs(picked) if picked is not None else (
+                {t: _IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
+            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs)
         ended = _utc_now()
         manifest = RunManifest(
             model=model,
@@ -221,6 +229,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             results_file=results.name,
             samples_files={t: p.name for t, p in _samples_files(produced, results).items()},
             shard=picked,
+            look=looked,
             backend=settings.backend.name,
             backend_versions=backends.versions(settings.backend.name),
             model_args=redact(backends.public_args(settings.backend.args)),
@@ -579,6 +588,51 @@ def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dic
         "limit": _limits(leaves, cli_limit, get_sample_size)[0],
         "groups": _group_aggregations(top),
     }
+
+
+def look_manifest(look: Look, leaves: dict, cli_limit: Any) -> dict[str, Any]:
+    """Which documents look K of a sequential gate evaluates (``run/looks.py``), with few-shot
+    prompts made identical to a whole run's (``_replay_fewshot_docs``). ``samples`` (lm-eval's
+    argument) is popped by the caller; ``docs`` (the new documents per task) stays in the manifest."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    sizes = {}
+    for name, (task, spec) in leaves.items():
+        original = len(task.eval_docs)
+        lim = cli_limit if cli_limit is not None else spec.limit
+        sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
+    lm_samples, new = looks.samples(sizes, look)
+    for name, docs in lm_samples.items():
+        _replay_fewshot_docs(leaves[name][0], docs)
+    return {"index": look.index, "count": look.count, "seed": look.seed, "done": sorted(look.done),
+            "docs": new, "items": dict(sorted(sizes.items())), "samples": lm_samples}
+
+
+def _replay_fewshot_docs(task: Any, docs: list[int]) -> None:
+    """``_replay_fewshot`` for any sorted selection: before the prompt of each selected document,
+    the prompts of the unselected documents before it are built (and thrown away), so lm-eval's
+    one seeded few-shot RNG is where a whole run would have it. lm-eval 0.4.13 builds one
+    context per selected document, in order; a wrong replay changes the prompt hashes, which the
+    comparison with the baseline refuses (fail closed)."""
+    if not task.get_config("num_fewshot") or not docs:
+        return
+    real = task.fewshot_context
+    calls = [0]
+
+    def fewshot_context(doc: Any, *args: Any, **kwargs: Any) -> Any:
+        j = calls[0]
+        calls[0] += 1
+        if j < len(docs):
+            start = docs[j - 1] + 1 if j else 0
+            all_docs = task.eval_docs
+            for i in range(start, docs[j]):
+                kw = dict(kwargs)
+                if "gen_prefix" in kw:  # the prefix belongs to the document
+                    kw["gen_prefix"] = task.doc_to_prefix(all_docs[i])
+                real(all_docs[i], *args, **kw)
+        return real(doc, *args, **kwargs)
+
+    task.fewshot_context = fewshot_context
 
 
 def shard_docs(picked: dict[str, Any]) -> dict[str, list[int]]:

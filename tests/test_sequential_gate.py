@@ -1,0 +1,90 @@
+"""``gatekeeper gate --sequential`` on real lm-eval runs of the demo (issue #16): the regressed
+checkpoint fails at an early look on a minority of the items, the harmless one passes early, the
+items a look evaluates are the whole run's items (same values and hashes), and a look's folder
+is never recorded or promoted as a baseline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gatekeeper.results import subset
+from gatekeeper.results.reader import load_run
+from gatekeeper.results.trusted import trusted_code
+from gatekeeper.suite.suite import load_suite
+from tests.demo_runs import lm_eval_installed
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "examples" / "gatekeeper.yaml"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
+       "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+pytestmark = pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")
+
+
+def _sequential(name: str, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--model",
+                           str(ROOT / "examples" / "checkpoints" / name), "--sequential", "--out", str(out / "runs"),
+                           "--json", str(out / "report.json")], cwd=ROOT / "examples", env=ENV,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc, json.loads((out / "report.json").read_text())
+
+
+def test_the_regressed_checkpoint_fails_early_on_a_minority_of_the_items(tmp_path: Path) -> None:
+    proc, report = _sequential("regressed", tmp_path)
+    seq = report["sequential"]
+    assert proc.returncode == 1 and report["verdict"] == "fail"
+    assert seq["decision"] == "fail" and seq["stopped_at"] <= 2 and seq["partial"]
+    assert seq["evaluated"] / seq["total"] < 0.5
+    caps = next(c for c in report["comparisons"] if c["task"] == "demo_capitals_mc" and c["metric"] == "acc")
+    assert caps["verdict"] == "regressed" and caps["n"] == seq["items"]["demo_capitals_mc"]["evaluated"]
+    assert "sequential: stopped at look" in proc.stdout
+
+
+def test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs(
+        tmp_path: Path, demo_run) -> None:
+    proc, report = _sequential("harmless", tmp_path)
+    seq = report["sequential"]
+    assert proc.returncode == 0 and report["verdict"] == "pass"
+    assert seq["decision"] == "pass" and seq["stopped_at"] <= 2 and seq["evaluated"] <= 0.6 * seq["total"]
+    # The looks' items, joined, are the unsequenced run's items: same documents, values, hashes.
+    suite = load_suite(SUITE)
+    looks = sorted((tmp_path / "runs").glob("look-*"))
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        runs = [load_run(p, cluster_keys=suite.cluster_keys()) for p in looks]
+        whole = load_run(demo_run("harmless"), cluster_keys=suite.cluster_keys())
+    news = [{t: list(d) for t, d in r.provenance.manifest["look"]["docs"].items()} for r in runs]
+    joined = subset.join(runs, news)
+    cut = subset.restrict(whole, subset.docs_of(joined))
+    for key, s in joined.series.items():
+        w = cut.series[key]
+        assert np.array_equal(s.doc_ids, w.doc_ids), key
+        assert np.allclose(np.asarray(s.values, dtype=float), np.asarray(w.values, dtype=float), rtol=1e-5), key
+        assert np.array_equal(s.hashes, w.hashes), key
+    # The items are a random sample of each task, not its first documents.
+    caps = joined.series[next(k for k in joined.series if k.task == "demo_capitals_mc")].doc_ids
+    assert caps.max() > 150 and caps.min() < 50
+
+    # A look is a sample: never a baseline.
+    promote = subprocess.run([sys.executable, "-m", "gatekeeper", "baseline", "promote", str(looks[0]), "--suite",
+                              str(SUITE)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert promote.returncode == 2 and "of a sequential gate, a sample of the items" in promote.stderr
+    assert "Traceback" not in promote.stderr
+
+
+def test_sequential_flags_that_do_not_fit_are_refused(tmp_path: Path) -> None:
+    for extra, message in ((["--looks", "1"], "between 2 and 10 looks"),
+                           (["--run", str(tmp_path)], "does not take --run"),
+                           (["--record-missing"], "--record-missing does not apply")):
+        args = [sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--sequential", *extra]
+        if "--run" not in extra:
+            args += ["--model", str(ROOT / "examples" / "checkpoints" / "base")]
+        proc = subprocess.run(args, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
