@@ -7,5 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh eval
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# --no-history: the demo leaves the example's baseline folder as it is (a real gate appends to it).
 exec .venv/bin/gatekeeper gate --suite examples/gatekeeper.yaml \
-  --model "examples/checkpoints/${1:-regressed}" --print-markdown --json out/demo-report.json
+  --model "examples/checkpoints/${1:-regressed}" --print-markdown --json out/demo-report.json --no-history

@@ -97,7 +97,7 @@ def gate_regressed(out: Path) -> Path:
     """`gatekeeper gate` on the regressed checkpoint, as scripts/demo.sh runs it; returns the run dir."""
     report = out / "report.json"
     proc = _gatekeeper("gate", "--suite", SUITE, "--model", "examples/checkpoints/regressed",
-                       "--json", str(report), "--out", str(out / "run"))
+                       "--json", str(report), "--out", str(out / "run"), "--no-history")
     if proc.returncode not in (0, 1) or not report.is_file():
         raise SystemExit(f"gatekeeper gate failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return Path(json.loads(report.read_text(encoding="utf-8"))["run_dir"])

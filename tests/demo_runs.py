@@ -78,7 +78,8 @@ def gate_cli(name: str, out: Path) -> DemoGate:
     json_path = out / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gatekeeper", "gate", "--suite", "examples/gatekeeper.yaml",
-         "--model", checkpoint_arg(name), "--print-markdown", "--json", str(json_path), "--out", str(out / "run")],
+         "--model", checkpoint_arg(name), "--print-markdown", "--json", str(json_path), "--out", str(out / "run"),
+         "--no-history"],  # as scripts/demo.sh: the repository's example baseline folder stays as it is
         capture_output=True, text=True, timeout=900, cwd=ROOT, env=dict(os.environ, **OFFLINE_ENV),
     )
     if proc.returncode not in (0, 1) or not json_path.is_file():

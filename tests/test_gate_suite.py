@@ -211,7 +211,7 @@ def test_gate_without_out_removes_its_temp_run(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = gk("gate", "--suite", EXAMPLES / "gatekeeper.yaml", "--model", BASE, "--json", tmp_path / "r.json",
-              cwd=tmp_path, env={**ENV, "TMPDIR": str(tmp)})
+              "--no-history", cwd=tmp_path, env={**ENV, "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list(tmp.glob("gatekeeper-run-*")) == []  # torch may leave its own caches there
     assert "fatal: not a git repository" not in proc.stderr and "attention_mask" not in proc.stderr
@@ -248,7 +248,7 @@ def test_a_dtype_override_makes_the_run_foreign_to_the_suite(tmp_path):
               "--out", tmp_path / "out", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     [run_dir] = (tmp_path / "out").iterdir()
-    proc = gk("gate", "--suite", EXAMPLES / "gatekeeper.yaml", "--run", run_dir, cwd=tmp_path)
+    proc = gk("gate", "--suite", EXAMPLES / "gatekeeper.yaml", "--run", run_dir, "--no-history", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "dtype float64 in the candidate (a command-line override), the suite pins float32" in proc.stderr
     suite = demo_copy(tmp_path / "ex")
