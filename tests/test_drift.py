@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
        "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GITHUB_ACTOR": "nightly-tester"}
 CAPITALS = "demo_capitals_mc/acc,none"
+# A fresh project: the suite, tasks and recorded baseline; no history or anchor another run left.
+FRESH = shutil.ignore_patterns("checkpoints", "*.trend.jsonl", "*.anchor.json.gz", "history", "__pycache__")
 
 pytestmark = pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")
 
@@ -38,7 +40,7 @@ def _gk(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A user's repository holding the demo suite and its recorded baseline (a git checkout)."""
     root = tmp_path_factory.mktemp("drift-project")
-    shutil.copytree(ROOT / "examples", root / "examples", ignore=shutil.ignore_patterns("checkpoints"))
+    shutil.copytree(ROOT / "examples", root / "examples", ignore=FRESH)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root / "examples"
 
@@ -127,7 +129,7 @@ def test_each_night_passes_the_anchor_catches_the_sum_and_pin_moves_it(project: 
 
 def test_a_harmless_sequence_never_drifts(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("harmless-project")
-    shutil.copytree(ROOT / "examples", root / "examples", ignore=shutil.ignore_patterns("checkpoints"))
+    shutil.copytree(ROOT / "examples", root / "examples", ignore=FRESH)
     project = root / "examples"
     for n, name in enumerate(["base", "harmless", "base", "harmless"], start=1):
         run = _run(project, ROOT / "examples" / "checkpoints" / name, tmp_path / f"run{n}")

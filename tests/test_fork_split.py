@@ -97,7 +97,8 @@ def _workspace(root: Path) -> tuple[Path, str]:
     root.mkdir(parents=True)
     shutil.copy(EXAMPLES / "gatekeeper.yaml", root / "gatekeeper.yaml")
     shutil.copytree(EXAMPLES / "tasks", root / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(EXAMPLES / ".gatekeeper", root / ".gatekeeper")
+    shutil.copytree(EXAMPLES / ".gatekeeper", root / ".gatekeeper",  # the recorded baseline only
+                    ignore=shutil.ignore_patterns("*.trend.jsonl", "*.anchor.json.gz", "history"))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "main")
