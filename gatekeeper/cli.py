@@ -267,13 +267,15 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise GateError("gate --from-commit: the commit's own baseline is used; --baseline and "
                             "--record-missing do not apply")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
-            if args.sequential:
+            looks = args.looks or suite.policy.sequential_looks
+            # The suite's policy.sequential turns it on; recording a first baseline needs a whole run.
+            if args.sequential or (suite.policy.sequential_looks and not args.record_missing):
                 if args.record_missing:
                     raise GateError("gate --sequential: --record-missing does not apply (a sequential gate "
                                     "evaluates a sample of the items; record the baseline from a whole run)")
                 from gatekeeper.gate import run_sequential_gate
 
-                result = run_sequential_gate(suite.path, args.model, out_dir=out, looks=args.looks,
+                result = run_sequential_gate(suite.path, args.model, out_dir=out, looks=looks or 4,
                                              baseline=base_baseline or args.baseline, revision=args.revision,
                                              device=args.device, log=_out)
             else:
@@ -510,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sequential", action="store_true",
                    help="evaluate the items in looks of a seeded random order and stop as soon as the verdict is "
                         "known (O'Brien-Fleming alpha spending, conditional-power futility); a sample, never a baseline")
-    p.add_argument("--looks", type=int, default=4, help="with --sequential: how many looks, 2 to 10 (default 4)")
+    p.add_argument("--looks", type=int, help="with --sequential: how many looks, 2 to 10 (default: the suite's "
+                   "policy.sequential.looks, else 4)")
     p.add_argument("--no-history", action="store_true",
                    help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
     _add_mlflow(p)

@@ -109,3 +109,23 @@ def test_power_stays_close_to_the_fixed_design(drop: float) -> None:
     # look's level is 0.0427, not 0.05, and futility passes a few real drops early.
     assert sequential >= fixed - 0.045, (fixed, sequential)
     assert items < 0.85, items
+
+
+def test_the_suite_key_turns_it_on_is_checked_and_not_hashed(tmp_path) -> None:
+    from pathlib import Path
+
+    from gatekeeper.errors import GateError
+    from gatekeeper.suite.suite import load_suite
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    text = (root / "gatekeeper.yaml").read_text().replace("include_path: tasks\n", "")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text)
+    on = tmp_path / "on.yaml"
+    on.write_text(text.replace("  test: superiority", "  sequential: {looks: 3}\n  test: superiority"))
+    assert load_suite(on).policy.sequential_looks == 3 and load_suite(plain).policy.sequential_looks is None
+    assert load_suite(on).hash == load_suite(plain).hash  # how results are judged, not what is measured
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  test: superiority", "  sequential: {looks: 1}\n  test: superiority"))
+    with pytest.raises(GateError, match=r"bad.yaml:\d+: policy.sequential.looks"):
+        load_suite(bad)

@@ -85,6 +85,8 @@ class Policy:
     rules: list[Rule] = field(default_factory=list)
     rounding: float = DEFAULT_ROUNDING
     test: str = "superiority"
+    # policy.sequential.looks: gate in that many looks and stop early (compare/sequential.py); None: off.
+    sequential_looks: int | None = None
     # Said once per report (deprecated spellings); not part of what the policy decides.
     warnings: list[str] = field(default_factory=list, compare=False)
     # Where the default margin was set (a file line, "--margin"), for messages only.
@@ -155,7 +157,7 @@ class Policy:
     def from_dict(cls, data: dict[str, Any], where: str = "policy") -> Policy:
         if not isinstance(data, dict):
             raise GateError(f"{where}: expected a mapping")
-        known = {"alpha", "correction", "margin", "resamples", "rules", "rounding", "test"}
+        known = {"alpha", "correction", "margin", "resamples", "rules", "rounding", "test", "sequential"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise GateError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -186,8 +188,19 @@ class Policy:
                 rounding=float(data.get("rounding", DEFAULT_ROUNDING)),
                 test=str(data.get("test", "superiority")),
                 margin_where=f"{where}: margin",
+                sequential_looks=_looks(data.get("sequential"), where),
             )
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: resamples: .inf
             raise GateError(f"{where}: {exc}") from None
         policy.validate(where)
         return policy
+
+
+def _looks(value: Any, where: str) -> int | None:
+    """``sequential: {looks: N}`` of a policy file: N from 2 to 10, or None."""
+    if value is None:
+        return None
+    looks = value.get("looks") if isinstance(value, dict) and set(value) == {"looks"} else None
+    if isinstance(looks, bool) or not isinstance(looks, int) or not 2 <= looks <= 10:
+        raise GateError(f"{where}: sequential: expected {{looks: N}} with N from 2 to 10, got {value!r}")
+    return looks

@@ -62,6 +62,7 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "resamples": 10000,
     "rounding": DEFAULT_ROUNDING,
     "test": "superiority",
+    "sequential": None,
     "rules": [],
 }
 TASK_DEFAULTS: dict[str, Any] = {
@@ -470,7 +471,8 @@ def _policy(doc: dict, path: Path, root: yaml.Node | None = None) -> Policy:
                           gate=bool(r["gate"]), where=where("policy", "rules", i, "margin")))
     policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], margin=float(p["margin"]),
                     resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
-                    test=p["test"], margin_where=where("policy", "margin"))
+                    test=p["test"], margin_where=where("policy", "margin"),
+                    sequential_looks=(p["sequential"] or {}).get("looks"))
     policy.validate(f"{path}: policy")
     return policy
 
