@@ -28,7 +28,7 @@ from gatekeeper.baseline import gitbase, trend
 from gatekeeper.baseline.prbase import BaseTree, base_tree, pr_base_sha
 from gatekeeper.errors import GateError
 from gatekeeper.files import atomic_write_bytes
-from gatekeeper.gate import compare_paths, promote_run, run_gate
+from gatekeeper.gate import compare_paths, promote_run, run_gate, run_sequential_gate
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
 from gatekeeper.report import ReportContext
@@ -48,7 +48,7 @@ FAIL_ON = ("regression", "never")
 # Inputs a workflow_dispatch event may override (never the token: dispatch inputs are public).
 DISPATCHABLE = (
     "suite", "model", "baseline", "command", "comment", "fail-on", "candidate",
-    "promote-on-green", "out", "revision", "bootstrap", "mlflow-tracking-uri",
+    "promote-on-green", "out", "revision", "bootstrap", "mlflow-tracking-uri", "sequential",
 )
 DEFAULTS = {
     "suite": "gatekeeper.yaml",
@@ -66,6 +66,7 @@ DEFAULTS = {
     "pr-number": "",
     "bootstrap": "false",
     "mlflow-tracking-uri": "",  # "" = no MLflow logging; a URI (or a folder) logs one run per gate
+    "sequential": "",  # "" = the suite's policy.sequential; "false"; "true" (4 looks); or a number of looks
 }
 FORK_DOC = "docs/action.md#fork-pull-requests"
 
@@ -376,13 +377,20 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
         baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
         # Recording a first baseline is a maintainer's explicit choice, never a pull request's.
         bootstrap = inputs.flag("bootstrap") and job.event.pr_number is None and base is None
-        result = run_gate(
-            suite.path, model, out_dir=out, baseline=base.baseline if base else baseline,
-            policy=base.policy if base else None, record_missing=bootstrap,
-            revision=inputs["revision"] or None, log=log,
-            # The history is the default branch's: a trusted checkout appends (a later step commits it).
-            history=base is None, commit=job.event.head_sha or job.env.get("GITHUB_SHA") or None,
-        )
+        looks = _sequential_looks(inputs["sequential"], suite)
+        if looks and not (bootstrap and not (base.baseline if base else baseline or suite.baseline_path).exists()):
+            result = run_sequential_gate(
+                suite.path, model, out_dir=out, looks=looks, baseline=base.baseline if base else baseline,
+                policy=base.policy if base else None, revision=inputs["revision"] or None, log=log,
+            )
+        else:
+            result = run_gate(
+                suite.path, model, out_dir=out, baseline=base.baseline if base else baseline,
+                policy=base.policy if base else None, record_missing=bootstrap,
+                revision=inputs["revision"] or None, log=log,
+                # The history is the default branch's: a trusted checkout appends (a later step commits it).
+                history=base is None, commit=job.event.head_sha or job.env.get("GITHUB_SHA") or None,
+            )
     if result.outcome is None:
         job.written.append((base.baseline if base else baseline or suite.baseline_path).parent)
         notice = result.notice or "No baseline yet."
@@ -397,6 +405,21 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
             ev.summary += "\n\n" + chart
         ev.trend_markdown = chart
     return ev
+
+
+def _sequential_looks(value: str, suite: Suite) -> int | None:
+    """The input ``sequential``: "" follows the suite's policy.sequential; "false" is off; "true"
+    is 4 looks (or the suite's number); a number is that many looks (2 to 10)."""
+    value = value.strip().lower()
+    if value == "":
+        return suite.policy.sequential_looks
+    if value == "false":
+        return None
+    if value == "true":
+        return suite.policy.sequential_looks or 4
+    if value.isdigit() and 2 <= int(value) <= 10:
+        return int(value)
+    raise GateError(f"input sequential: {value!r}; expected true, false, or a number of looks from 2 to 10")
 
 
 def _run_folder(job: Job) -> str:
@@ -739,6 +762,8 @@ def _not_promoted(ev: Evaluation) -> str:
     out = ev.outcome
     if out is None or ev.verdict not in ("pass", "fail", "drift"):
         return f"the gate did not decide ({ev.verdict})"
+    if (ev.report_json or {}).get("sequential"):
+        return "a sequential gate evaluates a sample of the items, not a whole run"
     if out.verdict == "fail":
         return "it regressed"
     if out.verdict == "drift":

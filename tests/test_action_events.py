@@ -604,6 +604,26 @@ def test_real_gate_push_with_model_auto_blocks_the_regressed_checkpoint(demo_ws,
     assert_token_hidden(res)
 
 
+@pytest.mark.lmeval
+@needs_demo
+def test_real_sequential_gate_on_a_pull_request_stops_early(tmp_path, gh):
+    """input sequential: the PR's regressed checkpoint fails at an early look, gated against the base
+    commit's baseline; the report says where it stopped and how many items it evaluated."""
+    ws, base = _demo_repo(tmp_path)
+    payload = json.loads(json.dumps(pr_event()).replace(BASE, base))
+    res = act_subprocess(ws, gh, "pull_request", payload, command="gate", model="examples/checkpoints/regressed",
+                         out="out-seq", sequential="true")
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail", res["out"][-3000:] + res["err"][-2000:]
+    report = json.loads((ws / res["outputs"]["report-json"]).read_text())
+    assert report["sequential"]["decision"] == "fail" and report["sequential"]["stopped_at"] <= 2
+    assert report["sequential"]["evaluated"] < report["sequential"]["total"]
+    (body,) = gh.comment_bodies(12)
+    assert "sequential: stopped at look" in body.replace("\\", "")
+    bad = act_subprocess(ws, gh, "pull_request", payload, command="gate", model="examples/checkpoints/regressed",
+                         out="out-seq2", sequential="sometimes")
+    assert bad["code"] == 2 and "input sequential: 'sometimes'" in bad["out"]
+
+
 def _demo_repo(root: Path, *, with_baseline: bool = True) -> tuple[Path, str]:
     """A workspace repository holding examples/ (checkpoints untracked); returns it and its base commit."""
     ws = root / "ws"
