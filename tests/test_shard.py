@@ -259,6 +259,35 @@ def test_few_shot_prompts_of_a_shard_equal_the_unsharded_ones(tmp_path: Path) ->
     assert {k: v for k, v in g.items() if k not in strip} == {k: v for k, v in w.items() if k not in strip}
 
 
+@needs_lm_eval
+def test_few_shot_prompts_of_a_sequential_look_equal_the_whole_runs(tmp_path: Path) -> None:
+    """A look of ``gate --sequential`` evaluates a random sample of each task: before each
+    selected document the unselected ones before it are replayed, so the look's prompts (and
+    prompt hashes) are the whole run's, document for document."""
+    from gatekeeper.run.looks import Look
+    from gatekeeper.run.runner import run_suite
+    from gatekeeper.suite.suite import load_suite
+
+    data = yaml.safe_load(DEMO_SUITE.read_text())
+    data["include_path"] = str(DEMO_SUITE.parent / "tasks")
+    data["tasks"] = [{"name": "demo_arith_mc", "num_fewshot": 3, "limit": 40,
+                      "metrics": [{"metric": "acc", "filter": "none", "margin": 0.05}]}]
+    suite_path = tmp_path / "fewshot.yaml"
+    suite_path.write_text(yaml.safe_dump(data))
+    model = checkpoint_arg("base")
+    whole = _cli("run", "--suite", str(suite_path), "--model", model, "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    want = {w["doc_id"]: w for w in _samples(tmp_path / "whole")["demo_arith_mc"]}
+    suite = load_suite(suite_path)
+    got = {}
+    for k in (2, 3):  # the later looks: their documents are scattered, with gaps to replay
+        run_suite(suite, model, tmp_path / f"look{k}", look=Look(k, 3, 1234), log=lambda _: None)
+        got.update({g["doc_id"]: g for g in _samples(tmp_path / f"look{k}")["demo_arith_mc"]})
+    assert len(got) > 20 and sorted(got) != list(range(len(got)))  # a sample, not the first documents
+    for doc_id, g in got.items():
+        assert g["arguments"] == want[doc_id]["arguments"] and g["prompt_hash"] == want[doc_id]["prompt_hash"], doc_id
+
+
 def test_sharded_workflow_merges_every_shard_before_gating() -> None:
     doc = yaml.safe_load((ROOT / "docs" / "workflows" / "sharded.yml").read_text())
     jobs = doc["jobs"]

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -578,8 +578,8 @@ def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dic
         lim = cli_limit if cli_limit is not None else spec.limit
         sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
     ranges = selection(sizes, shard)
-    for name, (first, _) in ranges.items():
-        _replay_fewshot(leaves[name][0], first)
+    for name, (first, end) in ranges.items():
+        _replay_fewshot(leaves[name][0], range(first, end))
     return {
         "index": shard.index,
         "count": shard.count,
@@ -592,7 +592,7 @@ def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dic
 
 def look_manifest(look: Look, leaves: dict, cli_limit: Any) -> dict[str, Any]:
     """Which documents look K of a sequential gate evaluates (``run/looks.py``), with few-shot
-    prompts made identical to a whole run's (``_replay_fewshot_docs``). ``samples`` (lm-eval's
+    prompts made identical to a whole run's (``_replay_fewshot``). ``samples`` (lm-eval's
     argument) is popped by the caller; ``docs`` (the new documents per task) stays in the manifest."""
     from lm_eval.evaluator_utils import get_sample_size
 
@@ -603,16 +603,18 @@ def look_manifest(look: Look, leaves: dict, cli_limit: Any) -> dict[str, Any]:
         sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
     lm_samples, new = looks.samples(sizes, look)
     for name, docs in lm_samples.items():
-        _replay_fewshot_docs(leaves[name][0], docs)
+        _replay_fewshot(leaves[name][0], docs)
     return {"index": look.index, "count": look.count, "seed": look.seed, "done": sorted(look.done),
             "docs": new, "items": dict(sorted(sizes.items())), "samples": lm_samples}
 
 
-def _replay_fewshot_docs(task: Any, docs: list[int]) -> None:
-    """``_replay_fewshot`` for any sorted selection: before the prompt of each selected document,
-    the prompts of the unselected documents before it are built (and thrown away), so lm-eval's
-    one seeded few-shot RNG is where a whole run would have it. lm-eval 0.4.13 builds one
-    context per selected document, in order; a wrong replay changes the prompt hashes, which the
+def _replay_fewshot(task: Any, docs: Sequence[int]) -> None:
+    """lm-eval draws few-shot examples from one seeded RNG, document after document, so the
+    examples for document i depend on the documents before it. For a selection of documents (a
+    shard's range, a look's sorted sample), the prompts of the unselected documents before each
+    selected one are built (and thrown away) first, so its prompts, and their prompt_hash, equal
+    a whole run's. lm-eval 0.4.13 builds one context per selected document, in order (a shard's
+    range replays only before its first); a wrong replay changes the prompt hashes, which the
     comparison with the baseline refuses (fail closed)."""
     if not task.get_config("num_fewshot") or not docs:
         return
@@ -651,30 +653,6 @@ class _IndexList(list):
 
     def __contains__(self, item: object) -> bool:
         return item in self._set
-
-
-def _replay_fewshot(task: Any, first: int) -> None:
-    """lm-eval draws few-shot examples from one seeded RNG, document after document, so the
-    examples for document i depend on the documents before it. A shard starting at ``first``
-    builds (and throws away) the prompts of documents 0..first-1 before its own, so its
-    prompts, and their prompt_hash, equal the unsharded run's."""
-    if first == 0 or not task.get_config("num_fewshot"):
-        return
-    real = task.fewshot_context
-    done = []
-
-    def fewshot_context(doc: Any, *args: Any, **kwargs: Any) -> Any:
-        if not done:
-            done.append(True)
-            docs = task.eval_docs
-            for i in range(first):
-                kw = dict(kwargs)
-                if "gen_prefix" in kw:  # the prefix belongs to the document
-                    kw["gen_prefix"] = task.doc_to_prefix(docs[i])
-                real(docs[i], *args, **kw)
-        return real(doc, *args, **kwargs)
-
-    task.fewshot_context = fewshot_context
 
 
 def _group_aggregations(top: list) -> dict[str, Any]:
