@@ -234,10 +234,8 @@ def test_gate_run_without_a_baseline_is_an_error(tmp_path: Path) -> None:
     _one_line_error(_cli("gate", "--suite", str(suite), "--run", str(tmp_path)), r"no baseline file; record one")
 
 
-@needs_lm_eval
-def test_few_shot_prompts_of_a_shard_equal_the_unsharded_ones(tmp_path: Path) -> None:
-    """lm-eval draws few-shot examples from one RNG, document after document: shard 2 replays
-    the draws of shard 1's documents, so its prompts (and prompt hashes) are the unsharded ones."""
+def _fewshot_whole_run(tmp_path: Path) -> tuple[Path, str]:
+    """A 3-shot suite of demo_arith_mc (40 items) and its whole run in tmp_path/whole."""
     data = yaml.safe_load(DEMO_SUITE.read_text())
     data["include_path"] = str(DEMO_SUITE.parent / "tasks")
     data["tasks"] = [{"name": "demo_arith_mc", "num_fewshot": 3, "limit": 40,
@@ -247,6 +245,14 @@ def test_few_shot_prompts_of_a_shard_equal_the_unsharded_ones(tmp_path: Path) ->
     model = checkpoint_arg("base")
     whole = _cli("run", "--suite", str(suite), "--model", model, "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr
+    return suite, model
+
+
+@needs_lm_eval
+def test_few_shot_prompts_of_a_shard_equal_the_unsharded_ones(tmp_path: Path) -> None:
+    """lm-eval draws few-shot examples from one RNG, document after document: shard 2 replays
+    the draws of shard 1's documents, so its prompts (and prompt hashes) are the unsharded ones."""
+    suite, model = _fewshot_whole_run(tmp_path)
     parts = [_run_shard(suite, model, tmp_path / f"p{k}", f"{k}/2") for k in (1, 2)]
     proc = _cli("merge", "--out", str(tmp_path / "merged"), *(str(p) for p in parts))
     assert proc.returncode == 0, proc.stderr
@@ -268,15 +274,7 @@ def test_few_shot_prompts_of_a_sequential_look_equal_the_whole_runs(tmp_path: Pa
     from gatekeeper.run.runner import run_suite
     from gatekeeper.suite.suite import load_suite
 
-    data = yaml.safe_load(DEMO_SUITE.read_text())
-    data["include_path"] = str(DEMO_SUITE.parent / "tasks")
-    data["tasks"] = [{"name": "demo_arith_mc", "num_fewshot": 3, "limit": 40,
-                      "metrics": [{"metric": "acc", "filter": "none", "margin": 0.05}]}]
-    suite_path = tmp_path / "fewshot.yaml"
-    suite_path.write_text(yaml.safe_dump(data))
-    model = checkpoint_arg("base")
-    whole = _cli("run", "--suite", str(suite_path), "--model", model, "--out", str(tmp_path / "whole"))
-    assert whole.returncode == 0, whole.stderr
+    suite_path, model = _fewshot_whole_run(tmp_path)
     want = {w["doc_id"]: w for w in _samples(tmp_path / "whole")["demo_arith_mc"]}
     suite = load_suite(suite_path)
     got = {}

@@ -31,10 +31,14 @@ from gatekeeper.model import RunResults
 SUFFIX = ".anchor.json.gz"
 
 
-def anchor_path(baseline: Path) -> Path:
+def baseline_stem(baseline: Path) -> str:
+    """``demo`` for ``demo.json.gz``: the name the anchor, the history and history/ entries share."""
     name = Path(baseline).name
-    stem = name[: -len(".json.gz")] if name.endswith(".json.gz") else Path(baseline).stem
-    return Path(baseline).with_name(stem + SUFFIX)
+    return name[: -len(".json.gz")] if name.endswith(".json.gz") else Path(baseline).stem
+
+
+def anchor_path(baseline: Path) -> Path:
+    return Path(baseline).with_name(baseline_stem(baseline) + SUFFIX)
 
 
 def load_anchor(baseline: Path) -> RunResults | None:

@@ -229,6 +229,4 @@ def _counter() -> Iterator[int]:
         n += 1
 
 
-def _stem(path: Path) -> str:
-    name = path.name
-    return name[: -len(".json.gz")] if name.endswith(".json.gz") else path.stem
+_stem = anchor.baseline_stem

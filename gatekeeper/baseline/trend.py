@@ -40,9 +40,7 @@ MAX_BYTES = 32 << 20  # 365 entries of 100 gated metrics are ~10 MB
 
 
 def trend_path(baseline: Path) -> Path:
-    name = Path(baseline).name
-    stem = name[: -len(".json.gz")] if name.endswith(".json.gz") else Path(baseline).stem
-    return Path(baseline).with_name(stem + SUFFIX)
+    return Path(baseline).with_name(anchors.baseline_stem(baseline) + SUFFIX)
 
 
 def now_iso() -> str:
