@@ -208,9 +208,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gatekeeper.run import runner
     from gatekeeper.run.shard import parse_shard
 
+    if args.complete:
+        return _complete(args)
+    missing = [flag for flag, value in (("--model", args.model), ("--out", args.out)) if not value]
+    if missing:
+        raise GateError(f"run: {' and '.join(missing)} required (or --complete DIR to finish a sequential gate)")
     shard = parse_shard(args.shard) if args.shard else None
     with _measurement(args, need_baseline=False) as (suite, _):
         return _run(args, runner, suite, shard)
+
+
+def _complete(args: argparse.Namespace) -> int:
+    """``run --complete DIR``: evaluate what a sequential gate skipped; the whole run for
+    ``baseline record|promote`` (``run/complete.py``)."""
+    from gatekeeper.run import complete
+    from gatekeeper.suite.suite import load_suite
+
+    clash = [flag for flag, value in (("--model", args.model), ("--out", args.out), ("--shard", args.shard),
+                                      ("--limit", args.limit), ("--dtype", args.dtype),
+                                      ("--batch-size", args.batch_size), ("--revision", args.revision),
+                                      ("--from-commit", args.from_commit)) if value]
+    if clash:
+        raise GateError(f"run --complete: {', '.join(clash)} does not apply (the looks' model and settings are used, "
+                        "the whole run is written to DIR/complete)")
+    run_dir = complete.complete(Path(args.complete), load_suite(args.suite), device=args.device, log=_out)
+    _out(f"completed run written to {run_dir}; store it with: gatekeeper baseline promote {run_dir} "
+         f"--suite {args.suite}")
+    return EXIT_OK
 
 
 def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any) -> int:
@@ -480,9 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run the pinned suite with lm-eval and record provenance")
     p.add_argument("--suite", required=True)
-    p.add_argument("--model", required=True, help="local checkpoint dir or hub id")
+    p.add_argument("--model", help="local checkpoint dir or hub id (required unless --complete)")
     p.add_argument("--revision")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", help="output directory (required unless --complete)")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the suite's, else auto)")
     p.add_argument("--batch-size", help="override the suite's batch size (int or auto)")
     p.add_argument("--dtype", help="override the suite's dtype")
@@ -492,6 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "join the N shard folders with `gatekeeper merge`")
     p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
                    "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
+    p.add_argument("--complete", metavar="DIR", help="finish a stopped `gate --sequential --out DIR`: evaluate the "
+                   "items it skipped and write the whole run to DIR/complete (for baseline record|promote)")
     _add_from_commit(p)
     p.set_defaults(func=cmd_run)
 

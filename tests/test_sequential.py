@@ -86,11 +86,18 @@ def _trial(rng, make, m: int, n: int, drop: float, flip: float, margin: float, l
     raise AssertionError("the last look always decides")
 
 
-def _rates(seed: int, trials: int, make, m: int, drop: float, flip: float, margin: float) -> tuple[float, float, float]:
+def _trials(seed: int, trials: int, make, m: int, drop: float, flip: float,
+            margin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per trial: (the fixed design failed, the sequential gate failed, share of items used)."""
     rng = np.random.default_rng(seed)
     res = [_trial(rng, make, m, 1000, drop, flip, margin) for _ in range(trials)]
-    return (float(np.mean([r[0] == "fail" for r in res])), float(np.mean([r[1] == "fail" for r in res])),
-            float(np.mean([r[2] for r in res])))
+    return (np.array([r[0] == "fail" for r in res]), np.array([r[1] == "fail" for r in res]),
+            np.array([r[2] for r in res]))
+
+
+def _rates(seed: int, trials: int, make, m: int, drop: float, flip: float, margin: float) -> tuple[float, float, float]:
+    fixed, sequential, items = _trials(seed, trials, make, m, drop, flip, margin)
+    return float(fixed.mean()), float(sequential.mean()), float(items.mean())
 
 
 @pytest.mark.parametrize("make, m", [(_binary, 1), (_binary, 10), (_continuous, 1)])
@@ -103,12 +110,16 @@ def test_harmless_changes_stop_early_without_more_false_alarms(make, m: int) -> 
 
 
 @pytest.mark.parametrize("drop", [0.02, 0.03])
-def test_power_stays_close_to_the_fixed_design(drop: float) -> None:
-    fixed, sequential, items = _rates(1600 + round(drop * 100), 300, _binary, 1, drop, 0.03, 0.01)
-    # Measured (seed 7, 300 trials): 2 points 0.870 vs 0.897, 3 points 0.967 vs 0.990: the final
-    # look's level is 0.0427, not 0.05, and futility passes a few real drops early.
-    assert sequential >= fixed - 0.045, (fixed, sequential)
-    assert items < 0.85, items
+def test_power_stays_within_two_points_of_the_fixed_design(drop: float) -> None:
+    fixed, sequential, items = _trials(1600 + round(drop * 100), 300, _binary, 1, drop, 0.03, 0.01)
+    # Both designs see the same items, so the Monte-Carlo error is that of the paired difference.
+    gap = fixed.astype(float) - sequential.astype(float)
+    se = gap.std(ddof=1) / np.sqrt(gap.size)
+    # Measured (these seeds, 300 trials, futility 0.003): 2 points 0.927 vs 0.900 (se 0.009),
+    # 3 points 0.993 vs 0.980: the final look's level is 0.0427, not 0.05 (about 1.8 points of
+    # power at this n by itself), and futility passes a few real drops early.
+    assert gap.mean() <= 0.02 + 2 * se, (fixed.mean(), sequential.mean(), se)
+    assert items.mean() < 0.85, items.mean()
 
 
 def test_the_suite_key_turns_it_on_is_checked_and_not_hashed(tmp_path) -> None:

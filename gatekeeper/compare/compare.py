@@ -217,6 +217,7 @@ def _test_pair(baseline: RunResults, candidate: RunResults, policy: Policy, seed
                 confidence=1 - policy.alpha,
                 n_resamples=policy.resamples,
                 seed=seed,
+                exact=policy.exact_mcnemar,
             )
         except ValueError as exc:  # NaN, empty, bad clusters: the input is wrong, not the gate
             src = f"{baseline.provenance.source} vs {candidate.provenance.source}"

@@ -36,7 +36,7 @@ from scipy.stats import multivariate_normal, norm
 from gatekeeper.compare.outcome import Outcome
 
 DEFAULT_LOOKS = 4
-DEFAULT_FUTILITY = 0.01
+DEFAULT_FUTILITY = 0.003
 
 
 def spent(t: np.ndarray | float, alpha: float) -> np.ndarray:

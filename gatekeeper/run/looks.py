@@ -9,11 +9,16 @@ lm-eval 0.4.13 evaluates *every* document of a task whose ``samples`` entry is e
 with nothing new to evaluate at a look (it stopped early, or it is smaller than ``count``) is
 given its first document in the order, already evaluated at look 1, and that repeat is dropped
 when the looks are joined (``results/subset.py``).
+
+``gatekeeper run --complete`` evaluates what a stopped gate skipped as one more "look" whose
+documents are given (``Look.docs``): every task's documents no look evaluated, so the looks and
+the rest together are the whole run (``run/merge.py`` joins them).
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,12 +26,18 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Look:
-    """Look ``index`` (1-based) of ``count``; ``done``: tasks that stopped early (nothing new)."""
+    """Look ``index`` (1-based) of ``count``; ``done``: tasks that stopped early (nothing new);
+    ``docs``: the documents to evaluate, given (``run --complete``'s rest, index ``count + 1``)."""
 
     index: int
     count: int
     seed: int
     done: frozenset[str] = field(default_factory=frozenset)
+    docs: Mapping[str, Sequence[int]] | None = field(default=None, compare=False)
+
+    @property
+    def is_rest(self) -> bool:
+        return self.docs is not None
 
 
 def order(task: str, size: int, seed: int) -> np.ndarray:
@@ -38,6 +49,8 @@ def order(task: str, size: int, seed: int) -> np.ndarray:
 def chunk(task: str, size: int, look: Look) -> list[int]:
     """The documents look ``look`` adds for ``task``, sorted (lm-eval labels the i-th selected
     document with ``samples[task][i]``)."""
+    if look.docs is not None:
+        return sorted(int(i) for i in look.docs.get(task, ()))
     if task in look.done:
         return []
     perm = order(task, size, look.seed)
@@ -53,3 +66,9 @@ def samples(sizes: dict[str, int], look: Look) -> tuple[dict[str, list[int]], di
         new[task] = docs
         lm[task] = docs or [int(order(task, size, look.seed)[0])]  # never empty: see the module docstring
     return lm, new
+
+
+def rest(sizes: Mapping[str, int], seen: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    """Per task, the documents no look evaluated (``seen``: the documents the looks added)."""
+    return {task: sorted(set(range(int(size))) - {int(d) for d in seen.get(task, ())})
+            for task, size in sorted(sizes.items())}

@@ -1,9 +1,13 @@
-"""``gatekeeper merge --out DIR SHARD_DIR...``: N ``run --shard K/N`` folders → one run.
+"""``gatekeeper merge --out DIR SHARD_DIR...``: N ``run --shard K/N`` folders → one run; and
+``gatekeeper run --complete``: the looks of a sequential gate plus the rest → one run.
 
 The shards must belong together: one shard count, every K exactly once, the same suite (hash),
 model files (sha256), lm-eval version, seeds, dtype, model arguments, limit and task configs,
 and their documents disjoint and together exactly the documents the unsharded run evaluates.
-Anything else is one ``GateError`` line naming the shard folder.
+Anything else is one ``GateError`` line naming the shard folder. The looks of a sequential gate
+(``run/looks.py``) are parts in the same sense: each owns the documents it added (its manifest's
+``look.docs``; the one document a look repeats so lm-eval does not evaluate a whole task is
+dropped), one seed and look count, and with the rest (``run --complete``) every document once.
 
 The merged folder has the layout ``gatekeeper run`` writes (``<model>/results_<ts>.json``,
 ``samples_<task>_<ts>.jsonl``, ``gatekeeper-manifest.json``), so ``compare``, ``gate --run``
@@ -28,6 +32,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -60,16 +65,31 @@ _MERGEABLE_KINDS = {"mean", "ratio", "corpus"}
 
 @dataclass
 class ShardRun:
-    """One shard folder as read for merging."""
+    """One part folder as read for merging: a shard (``kind`` "shard") or a look ("look")."""
 
     folder: Path
     results_file: Path
     data: dict[str, Any]
     manifest: dict[str, Any]
+    kind: str = "shard"
 
     @property
     def info(self) -> dict[str, Any]:
-        return self.manifest["shard"]
+        return self.manifest[self.kind]
+
+    @property
+    def name(self) -> str:
+        if self.kind == "look" and self.info.get("rest"):
+            return "the rest"
+        return f"{self.kind} {self.info['index']}/{self.info['count']}"
+
+    def owns(self, task: str) -> Callable[[int], bool]:
+        """Whether a document of ``task`` in this part's samples is this part's own."""
+        if self.kind == "look":
+            docs = frozenset(self.info["docs"].get(task, ()))
+            return docs.__contains__
+        first, end = self.info["docs"].get(task, (0, 0))
+        return lambda doc: first <= doc < end
 
 
 def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
@@ -79,6 +99,20 @@ def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
         raise GateError("merge: no shard folders given; pass the N folders written by `run --shard K/N`")
     shards = [_load_shard(Path(d)) for d in shard_dirs]
     _check_set(shards)
+    return _merge(shards, out_dir)
+
+
+def merge_looks(look_dirs: list[Path], out_dir: Path) -> Path:
+    """The looks of one sequential gate and the rest (``run --complete``) as one whole run under
+    ``out_dir``, item for item the run an unsequenced ``gatekeeper run`` writes."""
+    looks = [_load_look(Path(d)) for d in look_dirs]
+    if not looks:
+        raise GateError("run --complete: no look folders to join")
+    _check_looks(looks)
+    return _merge(looks, out_dir)
+
+
+def _merge(shards: list[ShardRun], out_dir: Path) -> Path:
     _check_same(shards)
     merged = {task: _merge_task(shards, task) for task in sorted(shards[0].data["configs"])}
     data = _merged_results(shards, merged)
@@ -145,6 +179,66 @@ def _load_shard(folder: Path) -> ShardRun:
     return ShardRun(folder, results_file, data, manifest)
 
 
+def _load_look(folder: Path) -> ShardRun:
+    results_file, _ = find_results_file(folder)
+    manifest_path = results_file.parent / MANIFEST_NAME
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise GateError(f"{manifest_path}: not a readable JSON manifest of a sequential gate's look") from None
+    info = manifest.get("look") if isinstance(manifest, dict) else None
+    if not isinstance(info, dict) or not all(k in info for k in ("index", "count", "seed", "docs", "items",
+                                                                 "groups", "limit")):
+        raise GateError(f"{folder}: not a look of a sequential gate (its manifest has no 'look' with the "
+                        "documents it added; a gate from before `run --complete` existed cannot be completed)")
+    data = json.loads(results_file.read_text(encoding="utf-8"))
+    problem = _look_problem(info, data)
+    if problem:
+        raise GateError(f"{manifest_path}: look.{problem} (edited, or not written by `gatekeeper gate --sequential`?)")
+    results.load_run(results_file)  # internally consistent: aggregates, hashes, counts
+    return ShardRun(folder, results_file, data, manifest, kind="look")
+
+
+def _look_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
+    """What is wrong with a look manifest's shape (as ``_shard_problem``); None when fine."""
+    count, index = info["count"], info["index"]
+    if not (is_int(count) and 1 <= count <= MAX_SHARDS):
+        return f"count is {short(count)}, expected 1 to {MAX_SHARDS}"
+    if not (is_int(index) and 1 <= index <= count + 1):
+        return f"index is {short(index)}, expected 1 to {count + 1}"
+    items, docs = info["items"], info["docs"]
+    if not isinstance(items, dict) or set(items) != set(data.get("configs") or {}):
+        return f"items is {short(items)}, expected the item count of each of the run's tasks"
+    for task, n in items.items():
+        original = ((data.get("n-samples") or {}).get(task) or {}).get("original")
+        if not (is_int(n) and 0 <= n <= (original if is_int(original) else 0)):
+            return f"items[{task}] is {short(n)}, expected at most the task's {original} documents"
+    if not isinstance(docs, dict) or not set(docs) <= set(items):
+        return f"docs is {short(docs)}, expected the documents each task added"
+    for task, ids in docs.items():
+        if not (isinstance(ids, list) and all(is_int(x) and 0 <= x < items[task] for x in ids)):
+            return f"docs[{task}] is {short(ids)}, expected document numbers below the task's {items[task]} items"
+    if not isinstance(info["groups"], dict):
+        return f"groups is {short(info['groups'])}, expected an object"
+    return None
+
+
+def _check_looks(looks: list[ShardRun]) -> None:
+    first = looks[0]
+    for s in looks[1:]:
+        for key in ("count", "seed"):
+            if s.info[key] != first.info[key]:
+                raise GateError(f"{s.folder}: look {key} differs from {first.folder}'s; "
+                                "join the looks of one sequential gate")
+    seen: dict[int, Path] = {}
+    for s in looks:
+        k = s.info["index"]
+        if k in seen:
+            raise GateError(f"{s.folder}: look {k} given twice (also {seen[k]})")
+        seen[k] = s.folder
+    looks.sort(key=lambda s: s.info["index"])
+
+
 def _shard_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
     """What is wrong with a shard manifest's shape, bounded by the run's own results.json: a
     count beyond MAX_SHARDS or item counts beyond the task's documents would make the merge
@@ -196,12 +290,12 @@ def _check_same(shards: list[ShardRun]) -> None:
     for s in shards[1:]:
         for key in _SAME_MANIFEST:
             if s.manifest.get(key) != first.manifest.get(key):
-                raise GateError(f"{s.folder}: {key} differs from shard {first.info['index']}'s "
-                                f"({first.folder}); merge shards of one model, suite and settings")
+                raise GateError(f"{s.folder}: {key} differs from {first.kind} {first.info['index']}'s "
+                                f"({first.folder}); merge {s.kind}s of one model, suite and settings")
         for key in ("items", "limit", "groups"):
             if s.info.get(key) != first.info.get(key):
-                raise GateError(f"{s.folder}: shard {key} differs from {first.folder}; "
-                                "re-run every shard with the same suite")
+                raise GateError(f"{s.folder}: {s.kind} {key} differs from {first.folder}; "
+                                f"re-run every {s.kind} with the same suite")
         for key in _SAME_RESULTS:
             if _comparable(key, s.data.get(key)) != _comparable(key, first.data.get(key)):
                 raise GateError(f"{s.results_file}: {key} differs from {first.results_file}; "
@@ -237,7 +331,7 @@ def _merge_task(shards: list[ShardRun], task: str) -> list[tuple[str, dict[str, 
     owner: dict[tuple[str, int], Path] = {}
     for s in shards:
         path = samples_path(s.results_file, task)
-        first, end = s.info["docs"].get(task, (0, 0))
+        owns = s.owns(task)
         with path.open(encoding="utf-8") as fh:
             for line in fh:
                 if not line.strip():
@@ -248,12 +342,15 @@ def _merge_task(shards: list[ShardRun], task: str) -> list[tuple[str, dict[str, 
                 except (ValueError, KeyError, TypeError):
                     raise GateError(f"{path}: a line is not an lm-eval sample (no filter/doc_id); "
                                     "re-run this shard") from None
-                if not first <= doc < end:
+                if not is_int(doc) or not owns(doc):
+                    if s.kind == "look":
+                        continue  # the document a look repeats so lm-eval evaluates no whole task
+                    first, end = s.info["docs"].get(task, (0, 0))
                     raise GateError(f"{path}: doc {doc} is outside this shard's documents [{first}, {end}) "
                                     "(shard edited or mixed up?)")
                 if (filt, doc) in owner:
                     raise GateError(f"{path}: doc {doc} ({filt}) is also in {owner[(filt, doc)]}; "
-                                    "shards overlap, pass each shard once")
+                                    f"{s.kind}s overlap, pass each {s.kind} once")
                 owner[(filt, doc)] = path
                 by_filter.setdefault(filt, {})[doc] = (line if line.endswith("\n") else line + "\n", item)
     out = []
@@ -261,7 +358,7 @@ def _merge_task(shards: list[ShardRun], task: str) -> list[tuple[str, dict[str, 
         if len(docs) != total:
             missing = sorted(set(range(total)) - set(docs))[:5]
             raise GateError(f"{shards[0].folder}: task {task} ({filt}) has {len(docs)} of {total} documents "
-                            f"over the shards (missing e.g. {missing}); pass every shard")
+                            f"over the {shards[0].kind}s (missing e.g. {missing}); pass every {shards[0].kind}")
         out.extend(docs[d] for d in sorted(docs))
     return out
 
@@ -289,7 +386,8 @@ def _merged_results(shards: list[ShardRun], merged: dict[str, list[tuple[str, di
     if dates:
         data["date"] = min(dates)
     times = [_float(s.data.get("total_evaluation_time_seconds")) for s in shards]
-    data["total_evaluation_time_seconds"] = str(max(times))  # the shards ran side by side
+    # Shards run side by side; looks one after another.
+    data["total_evaluation_time_seconds"] = str(sum(times) if shards[0].kind == "look" else max(times))
     return data
 
 
@@ -377,8 +475,10 @@ def _pooled_stderr(stderrs: list[float], sizes: list[int]) -> float:
 def _merged_manifest(shards: list[ShardRun], results_name: str, samples: dict[str, str]) -> dict[str, Any]:
     manifest = copy.deepcopy(shards[0].manifest)
     manifest.pop("shard", None)
+    manifest.pop("look", None)
     manifest["merged_from"] = [
-        {"shard": f"{s.info['index']}/{s.info['count']}", "folder": str(s.folder), "docs": s.info["docs"],
+        {s.kind: s.name.partition(" ")[2] if s.name.startswith(s.kind) else s.name, "folder": str(s.folder),
+         "docs": s.info["docs"],
          "device": s.manifest.get("device"), "hardware": s.manifest.get("hardware"),
          "start": s.manifest.get("start"), "end": s.manifest.get("end"),
          "wall_seconds": s.manifest.get("wall_seconds")}
@@ -387,7 +487,8 @@ def _merged_manifest(shards: list[ShardRun], results_name: str, samples: dict[st
     starts = [s.manifest.get("start") for s in shards if isinstance(s.manifest.get("start"), str)]
     ends = [s.manifest.get("end") for s in shards if isinstance(s.manifest.get("end"), str)]
     manifest["start"], manifest["end"] = (min(starts) if starts else None), (max(ends) if ends else None)
-    manifest["wall_seconds"] = max(_float(s.manifest.get("wall_seconds")) for s in shards)
+    walls = [_float(s.manifest.get("wall_seconds")) for s in shards]
+    manifest["wall_seconds"] = sum(walls) if shards[0].kind == "look" else max(walls)
     manifest["command"] = list(sys.argv)
     manifest["results_file"], manifest["samples_files"] = results_name, dict(sorted(samples.items()))
     return manifest

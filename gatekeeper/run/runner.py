@@ -191,7 +191,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         if preflight is not None:
             preflight(plan)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
-        looked = look_manifest(look, leaves, settings.limit) if look is not None else None
+        looked = look_manifest(look, top, leaves, settings.limit) if look is not None else None
         if settings.backend.local_device:
             settings.device = _resolve_device(settings.device)
             log(f"device: {settings.device}" + (" (auto)" if (device or suite.model["device"]) == "auto" else ""))
@@ -590,10 +590,11 @@ def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dic
     }
 
 
-def look_manifest(look: Look, leaves: dict, cli_limit: Any) -> dict[str, Any]:
+def look_manifest(look: Look, top: list, leaves: dict, cli_limit: Any) -> dict[str, Any]:
     """Which documents look K of a sequential gate evaluates (``run/looks.py``), with few-shot
     prompts made identical to a whole run's (``_replay_fewshot``). ``samples`` (lm-eval's
-    argument) is popped by the caller; ``docs`` (the new documents per task) stays in the manifest."""
+    argument) is popped by the caller; ``docs`` (the new documents per task) stays in the manifest,
+    with what ``run --complete`` needs to join the looks into the whole run (as a shard's)."""
     from lm_eval.evaluator_utils import get_sample_size
 
     sizes = {}
@@ -605,7 +606,9 @@ def look_manifest(look: Look, leaves: dict, cli_limit: Any) -> dict[str, Any]:
     for name, docs in lm_samples.items():
         _replay_fewshot(leaves[name][0], docs)
     return {"index": look.index, "count": look.count, "seed": look.seed, "done": sorted(look.done),
-            "docs": new, "items": dict(sorted(sizes.items())), "samples": lm_samples}
+            "rest": look.is_rest, "docs": new, "items": dict(sorted(sizes.items())),
+            "limit": _limits(leaves, cli_limit, get_sample_size)[0], "groups": _group_aggregations(top),
+            "samples": lm_samples}
 
 
 def _replay_fewshot(task: Any, docs: Sequence[int]) -> None:

@@ -87,6 +87,9 @@ class Policy:
     test: str = "superiority"
     # policy.sequential.looks: gate in that many looks and stop early (compare/sequential.py); None: off.
     sequential_looks: int | None = None
+    # Set by a sequential gate at its interim looks (not a suite key): the exact conditional McNemar
+    # p-value, never above nominal size at the tiny levels those looks test at, instead of mid-p.
+    exact_mcnemar: bool = False
     # Said once per report (deprecated spellings); not part of what the policy decides.
     warnings: list[str] = field(default_factory=list, compare=False)
     # Where the default margin was set (a file line, "--margin"), for messages only.

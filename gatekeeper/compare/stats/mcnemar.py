@@ -1,4 +1,4 @@
-"""McNemar mid-p test and Newcombe's interval for paired right/wrong (0/1) items."""
+"""McNemar mid-p test (or the exact conditional test) and Newcombe's interval for paired right/wrong (0/1) items."""
 
 from __future__ import annotations
 
@@ -36,6 +36,17 @@ def midp_one_sided(k: int, n_discordant: int) -> float:
     # relative precision (no 1 - cdf cancellation).
     p = 0.5 * (float(bdtrc(k - 1, n_discordant, 0.5)) + float(bdtrc(k, n_discordant, 0.5)))
     return min(1.0, max(0.0, p))
+
+
+def exact_one_sided(k: int, n_discordant: int) -> float:
+    """The exact conditional McNemar p-value P(X >= k), X ~ Binomial(n_discordant, 1/2): never
+    above nominal size, unlike mid-p at small counts. A sequential gate's interim looks use it
+    (their levels are tiny, where mid-p's excess is largest relative to the level)."""
+    if n_discordant == 0:
+        return 1.0
+    from scipy.special import bdtrc
+
+    return min(1.0, max(0.0, float(bdtrc(k - 1, n_discordant, 0.5))))
 
 
 def _wilson(x: int, n: int, z: float) -> tuple[float, float]:
@@ -86,9 +97,11 @@ def newcombe_interval(a: int, b: int, c: int, d: int, confidence: float) -> tupl
     return theta - math.sqrt(max(0.0, lo_sq)), theta + math.sqrt(max(0.0, hi_sq))
 
 
-def mcnemar(baseline: np.ndarray, candidate: np.ndarray, higher_is_better: bool, confidence: float) -> McNemar:
+def mcnemar(baseline: np.ndarray, candidate: np.ndarray, higher_is_better: bool, confidence: float,
+            exact: bool = False) -> McNemar:
     """Paired test for 0/1 values. With higher_is_better, b (right -> wrong) pairs are the
-    worse direction; otherwise (a 0/1 error indicator) c pairs are."""
+    worse direction; otherwise (a 0/1 error indicator) c pairs are. ``exact``: the exact
+    conditional p-value instead of mid-p."""
     base = baseline.astype(bool)
     cand = candidate.astype(bool)
     n = int(base.shape[0])
@@ -98,8 +111,9 @@ def mcnemar(baseline: np.ndarray, candidate: np.ndarray, higher_is_better: bool,
     d = n - a - b - c
     worse = b if higher_is_better else c
     better = b + c - worse
-    p_worse = midp_one_sided(worse, b + c)
-    p_better = midp_one_sided(better, b + c)
+    one_sided = exact_one_sided if exact else midp_one_sided
+    p_worse = one_sided(worse, b + c)
+    p_better = one_sided(better, b + c)
     if b + c == 0:
         # No discordant pairs: identical outcomes, nothing to estimate (documented choice:
         # zero-width interval, se 0) rather than an interval driven by the sample size alone.

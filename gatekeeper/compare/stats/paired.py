@@ -21,10 +21,11 @@ MIN_CLUSTERS = 20
 
 def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
                 higher_is_better: bool, clusters: np.ndarray | None = None, confidence: float = 0.95,
-                n_resamples: int = 10_000, seed: int = 0) -> PairedTest:
+                n_resamples: int = 10_000, seed: int = 0, exact: bool = False) -> PairedTest:
     """Compare a candidate run with a baseline run on the same items (paired row by row).
 
-    - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling).
+    - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling);
+      ``exact``: the exact conditional McNemar p-value instead (a sequential gate's interim looks).
     - other "mean", unclustered: studentized bootstrap (bootstrap-t) of the mean difference,
       for the p-values and the interval; exact sign-flip permutation when at most 16 items
       differ (too few for a bootstrap).
@@ -50,7 +51,7 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     labels = _check_clusters(clusters, n)
 
     if kind == "mean" and labels is None and _is_binary(base) and _is_binary(cand):
-        return _mcnemar_test(base, cand, higher_is_better, confidence)
+        return _mcnemar_test(base, cand, higher_is_better, confidence, exact)
 
     stats = k.unit_stats(aggregation, base, cand)
     if stats is None:
@@ -108,13 +109,14 @@ def _studentized(diff: np.ndarray, b_score: float, c_score: float, n: int, hib: 
                       n_resamples=boot.n_resamples, warnings=warnings, se_null=boot.se, draws=boot.draws)
 
 
-def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float) -> PairedTest:
-    r = mcnemar(base, cand, higher_is_better, confidence)
+def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float,
+                  exact: bool = False) -> PairedTest:
+    r = mcnemar(base, cand, higher_is_better, confidence, exact)
     b_score, c_score = kind_named("mean").aggregate("mean", base), kind_named("mean").aggregate("mean", cand)
     flips = r.b + r.c
     both_right = int(np.count_nonzero((base == 1) & (cand == 1)))
     # Under H0 the flips go either way: the test's spread is sqrt(flips) / n.
-    return PairedTest(test="mcnemar-midp", n=r.n, n_clusters=None, baseline=b_score, candidate=c_score,
+    return PairedTest(test="mcnemar-exact" if exact else "mcnemar-midp", n=r.n, n_clusters=None, baseline=b_score, candidate=c_score,
                       delta=c_score - b_score, ci_low=r.ci_low, ci_high=r.ci_high, confidence=confidence,
                       p_worse=r.p_worse, p_better=r.p_better, se=r.se, n_resamples=0,
                       se_null=float(np.sqrt(flips)) / r.n, identical=flips == 0,

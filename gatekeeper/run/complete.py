@@ -1,0 +1,94 @@
+"""``gatekeeper run --complete DIR``: turn a stopped sequential gate into a whole run.
+
+A sequential gate (``gate --sequential --out DIR``) writes one folder per look, ``DIR/look-K``,
+each holding only the documents that look added; its items are a sample, so
+``baseline record|promote`` refuse them. Completing evaluates every document no look evaluated,
+as one more look with the documents given (``DIR/rest``), and joins the looks and the rest item
+for item (``merge.merge_looks``) into ``DIR/complete/<model>``: the run an unsequenced
+``gatekeeper run`` of the same model writes, with the same per-item values and hashes, which
+can then be recorded or promoted.
+
+The model is the one the looks evaluated, named as their manifest names it (lm-eval records the
+name in results.json, and the parts must agree on it; the merge also compares the files' sha256):
+a relative path is read from the current folder, so complete from where the gate ran.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.errors import GateError
+from gatekeeper.results.layout import MANIFEST_NAME, find_results_file
+from gatekeeper.run import looks as lookmod
+from gatekeeper.run import merge, runner
+from gatekeeper.suite.suite import Suite
+
+REST = "rest"
+COMPLETE = "complete"
+
+
+def look_folders(folder: Path) -> list[Path]:
+    """The ``look-K`` folders of a sequential gate's output folder, in look order."""
+    if not folder.is_dir():
+        raise GateError(f"{folder}: no such folder; pass the --out folder of `gatekeeper gate --sequential`")
+    found = []
+    for path in folder.iterdir():
+        index = path.name.removeprefix("look-")
+        if path.name.startswith("look-") and index.isdigit() and path.is_dir() and not path.is_symlink():
+            found.append((int(index), path))
+    if not found:
+        raise GateError(f"{folder}: no look-K folders; pass the --out folder of `gatekeeper gate --sequential`")
+    return [p for _, p in sorted(found)]
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    results_file, _ = find_results_file(folder)
+    try:
+        manifest = json.loads((results_file.parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise GateError(f"{results_file.parent / MANIFEST_NAME}: not a readable run manifest") from None
+    look = manifest.get("look") if isinstance(manifest, dict) else None
+    if not isinstance(look, dict) or not isinstance(look.get("docs"), dict) or not isinstance(look.get("items"), dict):
+        raise GateError(f"{folder}: not a look of a sequential gate (its manifest has no look.docs)")
+    return manifest
+
+
+def complete(folder: Path, suite: Suite, *, device: str | None = None, log: Callable[[str], Any] = print) -> Path:
+    """Evaluate what the sequential gate in ``folder`` skipped and write the whole run; returns
+    its folder (``folder/complete/<model>``)."""
+    folder = Path(folder)
+    parts = look_folders(folder)
+    target = folder / COMPLETE
+    if target.exists():
+        raise GateError(f"{target}: already exists; this gate was completed (remove the folder to complete it again)")
+    manifests = [_manifest(p) for p in parts]
+    first = manifests[0]
+    if first.get("suite_hash") != suite.hash:
+        raise GateError(f"{parts[0]}: the looks ran suite hash {str(first.get('suite_hash'))[:12]}, "
+                        f"{suite.path} is {suite.hash[:12]}; complete with the suite the gate ran")
+    info = first["look"]
+    seen: dict[str, list[int]] = {}
+    for m in manifests:
+        for task, docs in m["look"]["docs"].items():
+            seen.setdefault(task, []).extend(int(d) for d in docs)
+    rest = lookmod.rest(info["items"], seen)
+    rest_dir = folder / REST
+    if rest_dir.exists():
+        raise GateError(f"{rest_dir}: left by an earlier `run --complete` that did not finish; remove it and run again")
+    left = sum(len(d) for d in rest.values())
+    log(f"complete: {left:,} of {sum(info['items'].values()):,} items left to evaluate")
+    model = first.get("model")
+    if not isinstance(model, str) or not model:
+        raise GateError(f"{parts[0]}: the manifest names no model")
+    if first.get("model_path") and not Path(model).expanduser().is_dir():
+        raise GateError(f"{parts[0]}: the looks evaluated {model}, which is not there from {Path.cwd()}; "
+                        "run `gatekeeper run --complete` from the folder the gate ran in")
+    done = parts
+    if left:
+        look = lookmod.Look(int(info["count"]) + 1, int(info["count"]), int(info["seed"]), docs=rest)
+        done = [*parts, runner.run_suite(suite, model, rest_dir, revision=first.get("revision"), device=device,
+                                         log=log, look=look)]
+    return merge.merge_looks(done, target)
