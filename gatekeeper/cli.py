@@ -407,6 +407,21 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from gatekeeper import gate
+    from gatekeeper.report import plan as show
+
+    result = gate.plan_suite(args.suite, baseline=args.baseline, against=args.against, flip_rate=args.flip_rate,
+                             looks=args.looks)
+    if args.format == "json":
+        print(json.dumps(show.to_json(result), indent=2, allow_nan=False))
+    elif args.format == "markdown":
+        _out(show.to_markdown(result))
+    else:
+        _out(show.to_terminal(result))
+    return EXIT_OK
+
+
 def _metric_keys(wanted: list[str], entries: list, where: Path) -> list[str]:
     """The history keys each ``--metric`` names: a key (task/metric,filter), task/metric (any
     filter) or a metric name (every task). One that names nothing is an error."""
@@ -595,6 +610,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="task/metric,filter, task/metric or a metric name; repeatable (default: every gated one)")
     p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
     p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("plan", help="what the suite can resolve, from the baseline's items: MDE, items needed, "
+                       "the sequential saving; before the first GPU hour")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--baseline", help="baseline file to plan from (default: the suite's)")
+    p.add_argument("--against", metavar="RUN", help="a second run of the same items (run folder or baseline file) to "
+                   "measure how much a harmless change moves them (default: the anchor, else the newest history/ entry)")
+    p.add_argument("--flip-rate", type=lambda t: _number_flag(t, float), metavar="SHARE",
+                   help="right/wrong items: the share that flips between two harmless checkpoints "
+                        "(default: measured on the second run, else 0.05 assumed)")
+    p.add_argument("--looks", type=lambda t: _number_flag(t, int), help="looks of the sequential gate to plan for "
+                   "(default: the suite's policy.sequential, else 4)")
+    p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
+    p.set_defaults(func=cmd_plan)
     return parser
 
 

@@ -31,6 +31,7 @@ from gatekeeper import report
 from gatekeeper.baseline import anchor as anchors
 from gatekeeper.baseline import store, trend
 from gatekeeper.compare import margins, sequential
+from gatekeeper.compare import plan as plans
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
@@ -252,6 +253,51 @@ def _sequential_report(looks: int, steps: list[dict[str, Any]], sizes: dict[str,
             "steps": steps, "items": {t_: {"evaluated": seen.get(t_, 0), "total": int(n)} for t_, n in sizes.items()},
             "evaluated": evaluated, "total": total, "seconds_saved_estimate": round(saved, 1), "summary": summary,
             "partial": evaluated < total}
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def plan_suite(suite_path: str | Path, *, baseline: str | Path | None = None, against: str | Path | None = None,
+               flip_rate: float | None = None, looks: int | None = None) -> plans.Plan:
+    """``gatekeeper plan``: the suite's resolution from its stored baseline (``compare/plan.py``).
+    The harmless spread is measured on a second run of the same items: ``against`` (a run folder
+    or baseline file), else the anchor, else the newest earlier baseline in history/."""
+    suite = load_suite(suite_path)
+    base_path = Path(baseline) if baseline else suite.baseline_path
+    if not base_path.is_file():
+        raise GateError(f"{base_path}: no baseline file; plan reads the baseline's items (record one first: "
+                        f"gatekeeper baseline record RUN_DIR --suite {suite.path})")
+    if flip_rate is not None and not 0 < flip_rate < 1:
+        raise GateError(f"--flip-rate {flip_rate:g}: a share of the items, between 0 and 1 (0.05 = 5%)")
+    looks = looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS
+    if not 2 <= looks <= 10:
+        raise GateError(f"--looks {looks}: between 2 and 10 looks")
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(base_path)
+        check_run_matches_suite(stored, suite, what="baseline",
+                                fix=f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}")
+        other, name = _second_run(base_path, stored, suite, against)
+    return plans.plan(stored, suite.policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
+                      looks=looks)
+
+
+def _second_run(base_path: Path, stored: RunResults, suite: Suite,
+                against: str | Path | None) -> tuple[RunResults | None, str | None]:
+    if against is not None:
+        if not Path(against).exists():
+            raise GateError(f"{against}: --against names no run folder or baseline file")
+        other = store.load_any(against, cluster_keys=suite.cluster_keys())
+        check_run_matches_suite(other, suite, what="--against run",
+                                fix=f"pass a run of this suite (gatekeeper run --suite {suite.path} ...)")
+        return other, portable_path(str(against))
+    candidates = [anchors.anchor_path(base_path), *reversed(store.history(base_path))]
+    for path in candidates:
+        if path.is_file() and not path.is_symlink():
+            other = store.load_baseline(path)
+            if not anchors.same_measurement(other, stored) and other.provenance.suite_hash == stored.provenance.suite_hash:
+                return other, portable_path(str(path))
+    return None, None
 
 
 # ----------------------------------------------------------------------------- one path

@@ -1,0 +1,198 @@
+"""``gatekeeper plan``: what a suite can resolve, before a GPU hour is paid for (issue #16).
+
+Per gated metric, from the baseline's own items: n, the margin, the MDE (the smallest true drop
+the gate's rule flags with 80% power, at the level the suite's correction leaves it), the items
+needed for 80% power against a drop of twice the margin, and the share of the items a
+sequential gate is expected to evaluate on a harmless change. A margin the suite cannot resolve
+(MDE above twice the margin) is said.
+
+How much a harmless change moves the items is not in one run:
+
+- right/wrong items (McNemar): the share of items that flip either way between two checkpoints
+  (``flip_rate``), measured on a second run of the same items when there is one (``against``:
+  the anchor, a stored earlier baseline, or a run the user names), else assumed (5%, said so);
+  the MDE is the exact one of ``stats.mcnemar.mde``.
+- other metrics: the paired test's own spread on that second run (``verdict.mde``, the figure
+  the gate's report shows); without a second run there is nothing to measure it on, and the row
+  says so instead of guessing.
+
+The sequential share is simulated (normal approximation of the looks' statistics, seeded):
+the looks' levels and the futility rule of ``compare/sequential.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.stats import norm
+
+from gatekeeper.compare import sequential
+from gatekeeper.compare.compare import compare_runs
+from gatekeeper.compare.outcome import Comparison
+from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
+from gatekeeper.compare.verdict import mde as rule_mde
+from gatekeeper.model import RunResults, SeriesKey
+from gatekeeper.suite.policy import Policy
+
+ASSUMED_FLIP_RATE = 0.05
+POWER = 0.8
+MAX_ITEMS = 10_000_000
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One gated metric's figures (NaN where they cannot be known; ``note`` says why)."""
+
+    key: SeriesKey
+    n: int
+    margin: float
+    level: float  # the one-sided level the correction leaves one comparison (Holm's worst case)
+    test: str  # "mcnemar" or the paired test that measured the spread
+    flip_rate: float | None  # right/wrong items: the harmless flip share used
+    spread_from: str  # "measured" (a second run) or "assumed"
+    mde: float
+    items_needed: float  # for 80% power against a drop of 2 x margin
+    sequential_share: float  # expected share of items a sequential gate evaluates, harmless change
+    resolves: bool | None  # MDE <= 2 x margin; None: not known (no spread to measure)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """``plan``'s result: the rows, the looks the sequential figures assume, what was paired."""
+
+    suite: str
+    rows: list[PlanRow]
+    looks: int
+    alpha: float
+    against: str | None  # the second run the spreads were measured on, None: assumed
+    sequential_share: float  # item-weighted over the suite's tasks (a task stops with its last metric)
+
+
+def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResults | None = None,
+         against_name: str | None = None, flip_rate: float | None = None,
+         looks: int = sequential.DEFAULT_LOOKS, seed: int = 0) -> Plan:
+    """The plan of ``baseline``'s gated metrics under ``policy`` (see the module docstring).
+    ``flip_rate`` overrides the measured or assumed flip share of right/wrong items."""
+    gated = [k for k in sorted(baseline.series, key=str) if policy.lookup(k, baseline.parents(k.task))[1]]
+    level = policy.alpha / max(1, len(gated)) if policy.correction != "none" else policy.alpha
+    paired = _paired(baseline, against, policy, gated) if against is not None else {}
+    rng = np.random.default_rng(seed)
+    rows = [_row(baseline, k, policy.lookup(k, baseline.parents(k.task))[0], level, paired.get(k), flip_rate,
+                 looks, policy.alpha, len(gated), rng) for k in gated]
+    return Plan(suite, rows, looks, policy.alpha, against_name if against is not None else None,
+                _suite_share(rows))
+
+
+def _paired(baseline: RunResults, other: RunResults, policy: Policy, keys: list[SeriesKey]) -> dict[SeriesKey, Comparison]:
+    """The gate's own comparison of the baseline with a second run of its items (its spreads)."""
+    common = {k: baseline.series[k] for k in keys if k in other.series}
+    out = compare_runs(replace(baseline, series=common), replace(other, series={k: other.series[k] for k in common}),
+                       policy)
+    return {c.key: c for c in out.comparisons}
+
+
+def _is_binary(values: np.ndarray) -> bool:
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return v.ndim == 1 and bool(np.all((v == 0) | (v == 1)))
+
+
+def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, paired: Comparison | None,
+         flip_rate: float | None, looks: int, alpha: float, m: int, rng: np.random.Generator) -> PlanRow:
+    s = baseline.series[key]
+    n = s.n
+    binary = s.kind == "mean" and s.clusters is None and _is_binary(s.values)
+    if binary:
+        if flip_rate is not None:
+            rate, source = flip_rate, "given"
+        elif paired is not None and paired.test.counts is not None:
+            c = paired.test.counts
+            rate, source = (c[1] + c[2]) / max(1, paired.test.n), "measured"
+        else:
+            rate, source = ASSUMED_FLIP_RATE, "assumed"
+        rate = max(rate, 1.0 / n)  # no flip seen: at least one item's worth, not a perfect copy
+
+        def mde_at(size: float) -> float:
+            return mcnemar_mde(int(size), rate, margin, level, POWER)
+
+        se_full = math.sqrt(rate / n)
+        test, note = "mcnemar", ""
+    elif paired is not None and paired.test.se > 0:
+        t = paired.test
+        rate, source, test, note = None, "measured", t.test, ""
+
+        def mde_at(size: float) -> float:
+            f = math.sqrt(n / size)
+            scaled = replace(t, n=int(size), se=t.se * f, se_null=t.se_null * f)
+            return rule_mde(scaled, margin, level, s.aggregation, False, False)
+
+        se_full = t.se
+    else:
+        why = ("no second run of these items to measure the spread on (pass --against RUN_DIR, or keep an anchor)"
+               if paired is None else "the second run changed no item: no spread to measure")
+        return PlanRow(key, n, margin, level, s.kind, None, "none", math.nan, math.nan, math.nan, None, why)
+    mde = mde_at(n)
+    needed = _items_for(mde_at, 2 * margin, n) if margin > 0 else math.nan
+    share = _sequential_share(se_full, margin, looks, alpha, m, rng)
+    resolves = math.isfinite(mde) and (margin <= 0 or mde <= 2 * margin)
+    if not resolves:
+        note = (f"the margin {margin:g} is below what {n} items resolve: a drop must reach {mde:.3g} "
+                "to be caught 4 times in 5")
+    return PlanRow(key, n, margin, level, test, rate, source, mde, needed, share, resolves, note)
+
+
+def _items_for(mde_at, target: float, n: int) -> float:
+    """The fewest items whose MDE is at most ``target`` (bisection on a log scale)."""
+    lo, hi = 2.0, float(max(n, 16))
+    while mde_at(hi) > target:
+        lo, hi = hi, hi * 4
+        if hi > MAX_ITEMS:
+            return math.inf
+    while hi / lo > 1.02:
+        mid = math.sqrt(lo * hi)
+        if mde_at(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return float(math.ceil(hi))
+
+
+def _sequential_share(se: float, margin: float, looks: int, alpha: float, m: int, rng: np.random.Generator,
+                      sims: int = 4000) -> float:
+    """Expected share of items a sequential gate evaluates when nothing changed: the drop
+    estimate after each look is a Brownian path with spread ``se`` at the end; the gate stops at
+    the first look whose estimate is significant and beyond the margin, or whose conditional
+    power is below the futility bound (one metric of ``m``; the correction splits each level)."""
+    t = sequential.fractions(looks)
+    levels = sequential.look_levels(t, alpha) / max(1, m)
+    steps = rng.normal(size=(sims, looks)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
+    paths = np.cumsum(steps, axis=1)  # B(t) with var t; the estimate at t is se * B(t) / t
+    used = np.ones(sims)
+    live = np.ones(sims, dtype=bool)
+    final = float(levels[-1])
+    for k in range(looks - 1):
+        se_k = se / math.sqrt(t[k])
+        est = se * paths[:, k] / t[k]
+        z = est / se_k if se_k > 0 else np.zeros(sims)
+        fail = (z > norm.isf(levels[k])) & (est > margin)
+        cp = sequential.conditional_power(est, np.full(sims, se_k), np.full(sims, margin), float(t[k]), final)
+        stop = live & (fail | (cp < sequential.DEFAULT_FUTILITY))
+        used[stop] = t[k]
+        live &= ~stop
+    return float(used.mean())
+
+
+def _suite_share(rows: list[PlanRow]) -> float:
+    """Item-weighted share over tasks: a task stops when its last gated metric does."""
+    tasks: dict[str, tuple[int, float]] = {}
+    for r in rows:
+        if math.isfinite(r.sequential_share):
+            n, share = tasks.get(r.key.task, (r.n, 0.0))
+            tasks[r.key.task] = (max(n, r.n), max(share, r.sequential_share))
+    total = sum(n for n, _ in tasks.values())
+    return sum(n * s for n, s in tasks.values()) / total if total else math.nan

@@ -1,0 +1,76 @@
+"""``gatekeeper plan``'s output: a terminal table, markdown, JSON (``compare/plan.py``'s ``Plan``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gatekeeper.compare.plan import Plan, PlanRow
+
+
+def _num(x: float, fmt: str = ".3g") -> str:
+    return format(x, fmt) if math.isfinite(x) else ("∞" if x == math.inf else "–")
+
+
+def _items(x: float) -> str:
+    return f"{int(x):,}" if math.isfinite(x) else ("more than 10M" if x == math.inf else "–")
+
+
+def _cells(r: PlanRow) -> list[str]:
+    spread = (f"flips {r.flip_rate:.1%} ({r.spread_from})" if r.flip_rate is not None
+              else ("–" if r.spread_from == "none" else f"{r.test} ({r.spread_from})"))
+    share = f"{r.sequential_share:.0%}" if math.isfinite(r.sequential_share) else "–"
+    return [f"{r.key.task} {r.key.metric} ({r.key.filter})", f"{r.n:,}", f"{r.margin:g}", spread, _num(r.mde),
+            _items(r.items_needed), share, {True: "yes", False: "NO", None: "–"}[r.resolves]]
+
+
+HEADER = ["metric", "n", "margin", "harmless spread", "MDE (80%)", "items for 2x margin", "sequential items",
+          "resolves"]
+
+
+def _summary(p: Plan) -> list[str]:
+    lines = [f"plan for suite {p.suite}: alpha {p.alpha:g}, {len(p.rows)} gated metrics, "
+             f"spread {'measured against ' + p.against if p.against else 'assumed where not measured'}"]
+    if math.isfinite(p.sequential_share):
+        lines.append(f"a sequential gate ({p.looks} looks) is expected to evaluate {p.sequential_share:.0%} of the "
+                     "items on a harmless change")
+    return lines
+
+
+def _notes(p: Plan) -> list[str]:
+    return [f"{r.key.task} {r.key.metric}: {r.note}" for r in p.rows if r.note]
+
+
+def to_terminal(p: Plan) -> str:
+    rows = [HEADER, *[_cells(r) for r in p.rows]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    table = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    return "\n".join([*_summary(p), "", *table, *(["", *_notes(p)] if _notes(p) else [])]) + "\n"
+
+
+def to_markdown(p: Plan) -> str:
+    out = [f"### gatekeeper plan: {p.suite}", "", *_summary(p), "",
+           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in p.rows]
+    if _notes(p):
+        out += ["", *[f"- {n}" for n in _notes(p)]]
+    return "\n".join(out) + "\n"
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def to_json(p: Plan) -> dict[str, Any]:
+    return {
+        "suite": p.suite, "alpha": p.alpha, "looks": p.looks, "against": p.against,
+        "sequential_share": _finite(p.sequential_share),
+        "metrics": [{"task": r.key.task, "filter": r.key.filter, "metric": r.key.metric, "n": r.n,
+                     "margin": r.margin, "level": r.level, "test": r.test, "flip_rate": r.flip_rate,
+                     "spread_from": r.spread_from, "mde": _finite(r.mde),
+                     "items_for_twice_margin": _finite(r.items_needed),
+                     "items_for_twice_margin_unreachable": r.items_needed == math.inf,
+                     "sequential_share": _finite(r.sequential_share), "resolves": r.resolves,
+                     "note": r.note or None} for r in p.rows],
+    }

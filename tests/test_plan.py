@@ -1,0 +1,101 @@
+"""``gatekeeper plan`` (issue #16): what the demo suite can resolve, from its stored baseline, and
+a fixed-seed simulation of the gate's own rule confirming the MDE it prints (power at the MDE
+within 0.75-0.85)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gatekeeper.compare.compare import compare_runs
+from gatekeeper.suite.policy import Policy, Rule
+from gatekeeper.suite.suite import load_suite
+from tests.demo_runs import lm_eval_installed
+from tests.synthetic import fast_series, run
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "examples" / "gatekeeper.yaml"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _plan(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "plan", "--suite", str(SUITE), *args], cwd=cwd,
+                          env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_plan_prints_each_gated_metric_and_says_what_it_cannot_resolve() -> None:
+    proc = _plan()
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "plan for suite demo: alpha 0.05, 4 gated metrics" in out
+    assert "demo_capitals_mc acc (none)" in out and "flips 5.0% (assumed)" in out
+    # 200 items cannot resolve a 2-point margin at an assumed 5% flip rate: said, with the drop that can.
+    assert "demo_capitals_mc acc: the margin 0.02 is below what 200 items resolve" in out
+    # No second run of the perplexity items: no spread to measure, and the row says so.
+    assert "word_perplexity: no second run of these items" in out
+    data = json.loads(_plan("--format", "json").stdout)
+    caps = next(m for m in data["metrics"] if m["task"] == "demo_capitals_mc")
+    assert caps["n"] == 200 and caps["resolves"] is False and caps["items_for_twice_margin"] > 200
+    assert 0.0 < data["sequential_share"] < 0.7
+    md = _plan("--format", "markdown").stdout
+    assert md.startswith("### gatekeeper plan: demo") and "| demo_capitals_mc acc (none) | 200 |" in md
+
+
+def test_the_simulated_power_at_the_printed_mde_is_80_percent() -> None:
+    data = json.loads(_plan("--format", "json").stdout)
+    rows = [m for m in data["metrics"] if m["flip_rate"] is not None]
+    suite = load_suite(SUITE)
+    policy = Policy(alpha=suite.policy.alpha, correction="holm", resamples=200,
+                    rules=[Rule(task="*", metric="*", margin=rows[0]["margin"])])
+    rng = np.random.default_rng(2026)
+    for row in rows:
+        n, flip, mde, m = row["n"], row["flip_rate"], row["mde"], len(data["metrics"])
+        caught = 0
+        trials = 400
+        for _ in range(trials):
+            # The row's metric drops by the MDE; the suite's other gated metrics are harmless.
+            pairs = [_pair(rng, n, flip, mde if j == 0 else 0.0) for j in range(m)]
+            out = compare_runs(run(*[fast_series(f"t{j}", b) for j, (b, _) in enumerate(pairs)]),
+                               run(*[fast_series(f"t{j}", c) for j, (_, c) in enumerate(pairs)]), policy)
+            caught += next(c for c in out.comparisons if c.key.task == "t0").verdict == "regressed"
+        power = caught / trials
+        assert 0.75 <= power <= 0.85, (row["task"], row["metric"], mde, power)
+
+
+def _pair(rng: np.random.Generator, n: int, flip: float, drop: float) -> tuple[np.ndarray, np.ndarray]:
+    """Right/wrong items at accuracy 0.7; ``flip`` of them change either way, ``drop`` more go
+    right to wrong (the model plan assumes)."""
+    base = (rng.random(n) < 0.7).astype(float)
+    u = rng.random(n)
+    cand = np.where(base == 1, (u >= (flip / 2 + drop) / 0.7).astype(float), (u < (flip / 2) / 0.3).astype(float))
+    return base, cand
+
+
+def test_plan_refuses_what_it_cannot_use(tmp_path: Path) -> None:
+    for args, message in ((["--flip-rate", "5"], "--flip-rate 5: a share of the items"),
+                          (["--against", str(tmp_path / "nope")], "--against names no run folder"),
+                          (["--looks", "1"], "--looks 1: between 2 and 10"),
+                          (["--baseline", str(tmp_path / "none.json.gz")], "no baseline file")):
+        proc = _plan(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")
+def test_a_second_run_measures_the_spread(demo_run) -> None:
+    proc = _plan("--against", str(demo_run("harmless")), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    by_task = {m["task"]: m for m in data["metrics"]}
+    assert all(m["spread_from"] == "measured" for m in data["metrics"])
+    caps = by_task["demo_capitals_mc"]
+    # The harmless checkpoint flips about one item in 200: the MDE shrinks towards the margin.
+    assert caps["flip_rate"] <= 0.02 and caps["mde"] < 0.06
+    ppl = by_task["demo_synth_ppl"]
+    assert ppl["mde"] is not None and ppl["mde"] >= ppl["margin"] and ppl["sequential_share"] is not None
