@@ -188,8 +188,6 @@ def run_sequential_gate(
         stored = store.load_baseline(baseline_path)
         anchor = anchors.load_anchor(baseline_path)
     policy = policy or suite.policy
-    t = sequential.fractions(looks)
-    levels = sequential.look_levels(t, policy.alpha)
     seed = int(suite.seeds.get("random", 0) or 0)
 
     def preflight(plan: RunPlan) -> None:
@@ -197,6 +195,19 @@ def run_sequential_gate(
         if anchor is not None:
             check_baseline_before(anchor, suite, plan)
 
+    try:
+        return _sequential_looks(suite, model, Path(out_dir), looks, stored, anchor, policy, seed, revision, device,
+                                 log, futility, preflight)
+    finally:
+        runner.release_models()
+
+
+def _sequential_looks(suite: Suite, model: str, out_dir: Path, looks: int, stored: RunResults,
+                      anchor: RunResults | None, policy: Policy, seed: int, revision: str | None,
+                      device: str | None, log: Callable[[str], Any], futility: float,
+                      preflight: Callable[[RunPlan], None]) -> GateResult:
+    t = sequential.fractions(looks)
+    levels = sequential.look_levels(t, policy.alpha)
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
     done: frozenset[str] = frozenset()
@@ -204,8 +215,8 @@ def run_sequential_gate(
     for k in range(1, looks + 1):
         look = Look(k, looks, seed, done)
         log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
-        run_dir = runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
-                                   log=log, preflight=preflight if k == 1 else None, look=look)
+        run_dir = runner.run_suite(suite, model, out_dir / f"look-{k}", revision=revision, device=device,
+                                   log=log, preflight=preflight if k == 1 else None, look=look, reuse_model=True)
         with trusted_code(suite.include_path, tuple(suite.task_names)):
             runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
         manifest = runs[-1].provenance.manifest or {}
@@ -219,6 +230,7 @@ def run_sequential_gate(
         decision = sequential.decide(outcome, k, t, policy.alpha, futility)
         steps.append({"look": k, "level": decision.level, "decision": decision.decision,
                       "wall_seconds": float(manifest.get("wall_seconds") or 0.0),
+                      "model_load_seconds": float(manifest.get("model_load_seconds") or 0.0),
                       "stopped_tasks": sorted(decision.done_tasks - done)})
         if decision.decision != "continue":
             break
@@ -241,8 +253,9 @@ def _sequential_report(looks: int, steps: list[dict[str, Any]], sizes: dict[str,
     total = sum(int(n) for n in sizes.values())
     seen = {t_: int(len(d)) for t_, d in docs.items()}
     evaluated = sum(seen.values())
-    wall = sum(s["wall_seconds"] for s in steps)
-    per_item = wall / evaluated if evaluated else 0.0
+    # Per item: the looks' wall time less loading the model (paid once, whatever the items).
+    wall = sum(s["wall_seconds"] - s.get("model_load_seconds", 0.0) for s in steps)
+    per_item = max(0.0, wall) / evaluated if evaluated else 0.0
     saved = per_item * (total - evaluated)
     last = steps[-1]
     why = {"fail": "a regression at this look's level", "pass": "no gated metric can plausibly end regressed"}

@@ -17,6 +17,7 @@ leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -92,6 +93,9 @@ class RunManifest:
     shard: dict[str, Any] | None = None
     # A look of ``gate --sequential``: its index, count, seed and new documents (``look_manifest``).
     look: dict[str, Any] | None = None
+    # A run that shared its model with the next (``reuse_model``): seconds this run spent loading
+    # it (0 when the previous run had), so the time per item is the evaluation's own.
+    model_load_seconds: float | None = None
     backend: str = "hf"
     backend_versions: dict[str, str] = field(default_factory=dict)
     model_args: dict[str, Any] = field(default_factory=dict)
@@ -135,6 +139,7 @@ def run_suite(
     shard: Shard | None = None,
     cache_dir: Path | str | None = None,
     look: Look | None = None,
+    reuse_model: bool = False,
 ) -> Path:
     """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
 
@@ -145,14 +150,16 @@ def run_suite(
     suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
     ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there).
     ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards);
-    ``look`` only that look's documents of a sequential gate (``run/looks.py``)."""
+    ``look`` only that look's documents of a sequential gate (``run/looks.py``). ``reuse_model``:
+    keep the loaded model for the next run in this process with the same backend arguments (a
+    sequential gate's looks load it once; ``release_models`` frees it)."""
     out_dir = Path(out_dir)
     fresh = not out_dir.exists()
     try:
         return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
                     dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard,
                     cache_dir=cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None,
-                    look=look)
+                    look=look, reuse_model=reuse_model)
     except BaseException:
         if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # we made it; a failed run leaves nothing behind
@@ -162,7 +169,7 @@ def run_suite(
 def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
          batch_size: Any, dtype: str | None, limit: Any, log: Log,
          preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None,
-         cache_dir: Path | str | None = None, look: Look | None = None) -> Path:
+         cache_dir: Path | str | None = None, look: Look | None = None, reuse_model: bool = False) -> Path:
     started, t0 = _utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
     settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
@@ -203,7 +210,8 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         with _quiet_output(log, t0):
             docs = shard_docs(picked) if picked is not None else (
                 {t: _IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
-            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs)
+            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs,
+                                          reuse_model and settings.backend.local_device)
         ended = _utc_now()
         manifest = RunManifest(
             model=model,
@@ -230,6 +238,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             samples_files={t: p.name for t, p in _samples_files(produced, results).items()},
             shard=picked,
             look=looked,
+            model_load_seconds=_LOADED.pop("seconds", None),
             backend=settings.backend.name,
             backend_versions=backends.versions(settings.backend.name),
             model_args=redact(backends.public_args(settings.backend.args)),
@@ -487,7 +496,7 @@ def _resolve_device(requested: str) -> str:
 
 
 def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path, log: Log,
-              t0: float, docs: dict[str, list[int]] | None = None) -> tuple[Path, Path]:
+              t0: float, docs: dict[str, list[int]] | None = None, reuse: bool = False) -> tuple[Path, Path]:
     import lm_eval
     from lm_eval.evaluator_utils import get_sample_size
     from lm_eval.loggers import EvaluationTracker
@@ -498,7 +507,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     caching = cache.safe_caching(s.cache_id, s.cache_key) if s.cache is not None else contextlib.nullcontext()
     try:
         with (evaluation_env(s.backend.name), caching, _known_noise(), _progress(s.backend.name, log, t0),
-              _empty_answers() as empty):
+              _empty_answers() as empty, _reused_model(s) if reuse else contextlib.nullcontext()):
             results = lm_eval.simple_evaluate(
                 model=s.backend.name,
                 model_args=dict(s.model_args),
@@ -542,6 +551,48 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
         n = results.get("n-samples", {}).get(task, {})
         log(f"[{time.perf_counter() - t0:7.1f}s] {task}: {n.get('effective', '?')}/{n.get('original', '?')} items done")
     return produced, results_file
+
+
+# The model a sequential gate's looks share (``run_suite(reuse_model=True)``): one entry, keyed by
+# everything lm-eval builds it from, so a look never gets a model loaded with other arguments.
+_MODELS: dict[str, Any] = {}
+_LOADED: dict[str, float] = {}  # the last reused run's model loading time, for its manifest
+
+
+@contextlib.contextmanager
+def _reused_model(s: _Settings) -> Iterator[None]:
+    """lm-eval builds the model from its name and arguments (``create_from_arg_obj``) on every
+    ``simple_evaluate``; this hands back the one built by the previous look instead. The model
+    name and arguments lm-eval records (results.json ``config``) are unchanged: the same call."""
+    from lm_eval.api import registry
+
+    cls = registry.get_model(s.backend.name)
+    key = json.dumps([s.backend.name, s.model_args, str(s.batch_size), str(s.device)], sort_keys=True, default=str)
+    own = cls.__dict__.get("create_from_arg_obj")
+    real = cls.create_from_arg_obj
+
+    def create(arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None) -> Any:
+        started = time.perf_counter()
+        if key not in _MODELS:
+            release_models()
+            _MODELS[key] = real(arg_dict, additional_config)
+        _LOADED["seconds"] = round(time.perf_counter() - started, 3)
+        return _MODELS[key]
+
+    cls.create_from_arg_obj = create
+    try:
+        yield
+    finally:
+        if own is not None:
+            cls.create_from_arg_obj = own
+        else:
+            del cls.create_from_arg_obj
+
+
+def release_models() -> None:
+    """Free the model kept by ``reuse_model`` runs."""
+    _MODELS.clear()
+    gc.collect()
 
 
 def _limits(leaves: dict, cli_limit: Any, get_sample_size: Callable) -> tuple[Any, dict | None]:
