@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recompile requirements/runtime.txt, the hash-locked runtime of the Docker image, from the
-# dependencies pyproject.toml declares (the base list plus the `eval` extra).
+# dependencies pyproject.toml declares (the base list plus the `eval` and `mlflow` extras).
 #
 #   bash requirements/compile.sh            re-resolve, keeping the pins that still fit
 #   bash requirements/compile.sh --upgrade  take the newest versions pyproject allows
@@ -24,12 +24,12 @@ excluded=(torch triton cuda-bindings cuda-pathfinder cuda-toolkit)
 resolved=$(mktemp)
 trap 'rm -f "$resolved"' EXIT
 # First pass: which nvidia-* packages does this torch pull in? (They change with torch's version.)
-"$uv" pip compile pyproject.toml --extra eval --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+"$uv" pip compile pyproject.toml --extra eval --extra mlflow --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
   --no-header --no-annotate -q -o "$resolved" "$@"
 while read -r name; do excluded+=("$name"); done < <(grep -oE '^nvidia-[a-z0-9-]+' "$resolved")
 args=()
 for name in "${excluded[@]}"; do args+=(--no-emit-package "$name"); done
-"$uv" pip compile pyproject.toml --extra eval --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+"$uv" pip compile pyproject.toml --extra eval --extra mlflow --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
   --generate-hashes "${args[@]}" --custom-compile-command "bash requirements/compile.sh" \
   -q -o requirements/runtime.txt "$@"
 echo "requirements/runtime.txt: $(grep -cE '^[a-z0-9]' requirements/runtime.txt) packages locked"

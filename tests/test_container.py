@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,13 +109,15 @@ def test_image_follows_githubs_rules_and_carries_the_pinned_stack(image):
     assert info["Entrypoint"] == ["python", "-m", "gatekeeper.action"]
     assert info["User"] == "" and info["WorkingDir"] == ""  # GitHub runs it as root in /github/workspace
     probe = (
-        "import importlib.metadata as m, os, shutil, gatekeeper.action; "
-        "print(m.version('torch').split('+')[0], m.version('lm_eval'), "
+        "import importlib.metadata as m, os, shutil, gatekeeper.action, mlflow; "
+        "print(m.version('torch').split('+')[0], m.version('lm_eval'), m.version('mlflow-skinny'), "
         "os.path.isdir('/root/.cache/pip'), shutil.which('gcc'))"
     )
     out = _sh(["docker", "run", "--rm", "--entrypoint", "python", image, "-c", probe], 300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["2.13.0", "0.4.13", "False", "None"]  # no pip cache, no compiler
+    # The action's mlflow-tracking-uri input needs the client: locked, at the lock's version.
+    mlflow = re.search(r"^mlflow-skinny==(\S+)", (REPO / "requirements" / "runtime.txt").read_text(), re.M).group(1)
+    assert out.stdout.split() == ["2.13.0", "0.4.13", mlflow, "False", "None"]  # no pip cache, no compiler
 
 
 # -- the action's container, run as the Actions runner runs it ---------------------------------

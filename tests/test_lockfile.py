@@ -55,7 +55,9 @@ def declared() -> list[Requirement]:
     import tomllib  # Python 3.11+, like the image; imported here as in test_packaging
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["eval"]]
+    extras = project["optional-dependencies"]
+    # The image runs evaluations (eval) and logs to MLflow when the action is asked to (mlflow).
+    return [Requirement(r) for r in project["dependencies"] + extras["eval"] + extras["mlflow"]]
 
 
 @pytest.fixture(scope="module")
