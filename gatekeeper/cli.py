@@ -43,6 +43,11 @@ def _out(text: str) -> None:
     print(one_line_each(text))
 
 
+def _err(text: str) -> None:
+    """Progress lines on stderr, when stdout carries a machine-readable answer."""
+    print(one_line_each(text), file=sys.stderr)
+
+
 def _escaped(obj: Any, memo: dict[int, Any] | None = None) -> Any:
     """A copy of ``obj`` (dataclasses, lists, tuples, dicts) whose strings have their control
     characters escaped; unchanged parts are shared, not copied. For rendering only: the JSON
@@ -411,6 +416,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gatekeeper import gate
     from gatekeeper.report import plan as show
 
+    if args.mutants:
+        return _plan_mutants(args)
+    if args.out or args.fixed or args.keep:
+        raise GateError("plan: --out, --fixed and --keep go with --mutants MODEL")
     result = gate.plan_suite(args.suite, baseline=args.baseline, against=args.against, flip_rate=args.flip_rate,
                              looks=args.looks)
     if args.format == "json":
@@ -419,6 +428,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _out(show.to_markdown(result))
     else:
         _out(show.to_terminal(result))
+    return EXIT_OK
+
+
+def _plan_mutants(args: argparse.Namespace) -> int:
+    """``plan --mutants MODEL``: the suite's catch rate and false-alarm rate on standard variants."""
+    from gatekeeper import gate
+    from gatekeeper.report import plan as show
+
+    clash = [flag for flag, value in (("--baseline", args.baseline), ("--against", args.against),
+                                      ("--flip-rate", args.flip_rate)) if value is not None]
+    if clash:
+        raise GateError(f"plan --mutants: {', '.join(clash)} does not apply (the variants are gated against a fresh "
+                        "run of MODEL)")
+    with contextlib.ExitStack() as stack:
+        out = args.out or stack.enter_context(tempfile.TemporaryDirectory(prefix="gatekeeper-mutants-"))
+        result = gate.plan_mutants(args.suite, args.mutants, out_dir=out, sequential_gate=not args.fixed,
+                                   looks=args.looks, device=args.device, keep=args.keep,
+                                   log=_err if args.format == "json" else _out)  # JSON alone on stdout
+    if args.format == "json":
+        print(json.dumps(show.mutants_json(result), indent=2, allow_nan=False))
+    elif args.format == "markdown":
+        _out(show.mutants_markdown(result))
+    else:
+        _out(show.mutants_terminal(result))
     return EXIT_OK
 
 
@@ -622,6 +655,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: measured on the second run, else 0.05 assumed)")
     p.add_argument("--looks", type=lambda t: _number_flag(t, int), help="looks of the sequential gate to plan for "
                    "(default: the suite's policy.sequential, else 4)")
+    p.add_argument("--mutants", metavar="MODEL", help="build standard defects (weight noise, a dropped layer, a reset "
+                   "norm, swapped embeddings, int4) and harmless variants (float16 round trip, another batch size) of "
+                   "this local checkpoint, gate each against a run of MODEL, print what the suite catches")
+    p.add_argument("--out", help="with --mutants: keep the reference run, gates (and with --keep the variants) here")
+    p.add_argument("--fixed", action="store_true", help="with --mutants: evaluate every item (default: sequential)")
+    p.add_argument("--keep", action="store_true", help="with --mutants: keep each variant's checkpoint")
+    p.add_argument("--device", help="with --mutants: auto | cpu | cuda | cuda:N")
     p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
     p.set_defaults(func=cmd_plan)
     return parser

@@ -22,6 +22,7 @@ after (``compat.check_compatible``, inside ``compare_runs``).
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ from gatekeeper.model import RunResults, TrendEntry
 from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
-from gatekeeper.run import runner
+from gatekeeper.run import mutants, runner
 from gatekeeper.run.looks import Look
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
@@ -78,6 +79,7 @@ def run_gate(
     log: Callable[[str], Any] = print,
     history: bool = False,
     commit: str | None = None,
+    batch_size: int | str | None = None,
 ) -> GateResult:
     """Evaluate ``model`` on the suite and compare with the stored baseline and its anchor.
     ``history``: append this gate to the suite's history (``baseline/trend.py``), ``commit``
@@ -109,7 +111,7 @@ def run_gate(
                 raise GateError(margins.refusal(unreachable))
 
     run_dir = runner.run_suite(suite, model, Path(out_dir), revision=revision, device=device, log=log,
-                               preflight=preflight)
+                               preflight=preflight, batch_size=batch_size)
     if stored is None:
         written = record_run(run_dir, suite, path=baseline_path)
         notice = (
@@ -171,6 +173,7 @@ def run_sequential_gate(
     device: str | None = None,
     log: Callable[[str], Any] = print,
     futility: float = sequential.DEFAULT_FUTILITY,
+    batch_size: int | str | None = None,
 ) -> GateResult:
     """``gate --sequential``: evaluate the items in ``looks`` chunks of a seeded random order
     (``run/looks.py``) and stop when the verdict is known (``compare/sequential.py``): a
@@ -197,7 +200,7 @@ def run_sequential_gate(
 
     try:
         return _sequential_looks(suite, model, Path(out_dir), looks, stored, anchor, policy, seed, revision, device,
-                                 log, futility, preflight)
+                                 log, futility, preflight, batch_size)
     finally:
         runner.release_models()
 
@@ -205,7 +208,7 @@ def run_sequential_gate(
 def _sequential_looks(suite: Suite, model: str, out_dir: Path, looks: int, stored: RunResults,
                       anchor: RunResults | None, policy: Policy, seed: int, revision: str | None,
                       device: str | None, log: Callable[[str], Any], futility: float,
-                      preflight: Callable[[RunPlan], None]) -> GateResult:
+                      preflight: Callable[[RunPlan], None], batch_size: int | str | None = None) -> GateResult:
     t = sequential.fractions(looks)
     levels = sequential.look_levels(t, policy.alpha)
     runs: list[RunResults] = []
@@ -216,7 +219,8 @@ def _sequential_looks(suite: Suite, model: str, out_dir: Path, looks: int, store
         look = Look(k, looks, seed, done)
         log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
         run_dir = runner.run_suite(suite, model, out_dir / f"look-{k}", revision=revision, device=device,
-                                   log=log, preflight=preflight if k == 1 else None, look=look, reuse_model=True)
+                                   log=log, preflight=preflight if k == 1 else None, look=look, reuse_model=True,
+                                   batch_size=batch_size)
         with trusted_code(suite.include_path, tuple(suite.task_names)):
             runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
         manifest = runs[-1].provenance.manifest or {}
@@ -311,6 +315,60 @@ def _second_run(base_path: Path, stored: RunResults, suite: Suite,
             if not anchors.same_measurement(other, stored) and other.provenance.suite_hash == stored.provenance.suite_hash:
                 return other, portable_path(str(path))
     return None, None
+
+
+def plan_mutants(suite_path: str | Path, model: str | Path, *, out_dir: str | Path, sequential_gate: bool = True,
+                 looks: int | None = None, device: str | None = None, keep: bool = False,
+                 log: Callable[[str], Any] = print) -> plans.MutantsPlan:
+    """``plan --mutants MODEL``: evaluate ``model`` as the reference (recorded as a baseline under
+    ``out_dir``), then gate each of its standard defects and harmless variants (``run/mutants.py``)
+    against it, one at a time (a variant's checkpoint is deleted once gated unless ``keep``)."""
+    suite = load_suite(suite_path)
+    model_dir = mutants.check_model(Path(model))
+    looks = looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise GateError(f"{out}: not empty; plan --mutants writes its checkpoints and runs into a new folder")
+    log(f"mutants: the reference run of {model}")
+    reference = record_run(runner.run_suite(suite, str(model_dir), out / "reference", device=device, log=log),
+                           suite, path=out / "reference.json.gz")
+    rows = []
+    variants: list[Any] = [*mutants.BUILDERS, mutants.other_batch_size(suite.model.get("batch_size"))]
+    for variant in variants:
+        if isinstance(variant, str):
+            m = mutants.make(model_dir, variant, out / "mutants" / variant)
+        else:
+            m = variant
+        log(f"mutants: {m.name} ({m.what})")
+        rows.append(_gate_mutant(suite, m, str(m.path or model_dir), reference, out / "gates" / m.name,
+                                 sequential_gate, looks, device, log))
+        if m.path is not None and not keep:
+            shutil.rmtree(m.path, ignore_errors=True)
+    return plans.MutantsPlan(suite.name, portable_path(str(model)), sequential_gate, rows)
+
+
+def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, sequential_gate: bool, looks: int,
+                 device: str | None, log: Callable[[str], Any]) -> plans.MutantRow:
+    def quiet(_line: str) -> None:  # the table says what each gate decided
+        return None
+
+    try:
+        if sequential_gate:
+            res = run_sequential_gate(suite.path, model, out_dir=out, looks=looks, baseline=reference, device=device,
+                                      log=quiet, batch_size=m.batch_size)
+        else:
+            res = run_gate(suite.path, model, out_dir=out, baseline=reference, device=device, log=quiet,
+                           batch_size=m.batch_size)
+    except GateError as exc:
+        log(f"mutants: {m.name} could not be gated: {exc}")
+        return plans.MutantRow(m.name, m.defect, m.what, "error", 2, None, None, "", str(exc))
+    info = res.report_json.get("sequential") or {}
+    gated = [c for c in res.outcome.comparisons if c.gated] if res.outcome else []
+    worst = max(gated, key=lambda c: c.drop / (abs(c.test.baseline) or 1.0), default=None)
+    text = f"{worst.key.task} {worst.key.metric} {worst.test.delta:+.4f}" if worst is not None else ""
+    items = info["evaluated"] / info["total"] if info.get("total") else (1.0 if not sequential_gate else None)
+    return plans.MutantRow(m.name, m.defect, m.what, res.report_json.get("verdict", ""), res.exit_code, items,
+                           info.get("stopped_at"), text)
 
 
 # ----------------------------------------------------------------------------- one path

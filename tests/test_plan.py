@@ -99,3 +99,34 @@ def test_a_second_run_measures_the_spread(demo_run) -> None:
     assert caps["flip_rate"] <= 0.02 and caps["mde"] < 0.06
     ppl = by_task["demo_synth_ppl"]
     assert ppl["mde"] is not None and ppl["mde"] >= ppl["margin"] and ppl["sequential_share"] is not None
+
+
+@pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")
+def test_mutants_of_the_demo_base_run_end_to_end_and_agree_with_gating_by_hand(tmp_path: Path) -> None:
+    env = {**ENV, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = tmp_path / "mutants"
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "plan", "--suite", str(SUITE), "--mutants",
+                           str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(out), "--keep",
+                           "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(proc.stdout)  # progress went to stderr
+    rows = {v["name"]: v for v in data["variants"]}
+    assert set(rows) == {"noise-1%", "noise-3%", "noise-10%", "drop-layer", "norm-reset", "embed-swap", "int4",
+                         "fp16-roundtrip", "batch-size"}
+    assert not [v for v in rows.values() if v["error"]]
+    # Gross defects are caught, harmless variants pass: the demo suite's catch and false-alarm rates.
+    for name in ("drop-layer", "embed-swap", "noise-10%"):
+        assert rows[name]["flagged"], rows[name]
+    assert not rows["fp16-roundtrip"]["flagged"] and not rows["batch-size"]["flagged"]
+    assert data["false_alarm_rate"] == 0.0 and data["catch_rate"] >= 3 / 7
+    # The table says what gating the variant by hand says.
+    for name in ("embed-swap", "int4", "fp16-roundtrip"):
+        hand = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--model",
+                               str(out / "mutants" / name), "--baseline", str(out / "reference.json.gz"),
+                               "--sequential", "--out", str(tmp_path / f"hand-{name}"), "--json",
+                               str(tmp_path / f"{name}.json")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        report = json.loads((tmp_path / f"{name}.json").read_text())
+        assert hand.returncode == rows[name]["exit_code"], (name, hand.stdout[-1000:])
+        assert report["verdict"] == rows[name]["verdict"]
+        assert report["sequential"]["stopped_at"] == rows[name]["stopped_at"]

@@ -59,12 +59,27 @@ def _continuous(rng: np.random.Generator, n: int, drop: float, flip: float) -> t
     return base, np.clip(base - drop + rng.normal(0, flip, n), 0, 1)
 
 
+def _perplexity(rng: np.random.Generator, n: int, drop: float, flip: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-item (loglikelihood, word count) pairs: weighted perplexity about e^2; the candidate's
+    loglikelihoods move by noise (``flip`` nats per word) and ``drop`` nats per word worse."""
+    words = rng.integers(20, 60, n).astype(float)
+    base_ll = -words * rng.gamma(8, 0.25, n)
+    cand_ll = base_ll + words * (rng.normal(0, flip, n) - drop)
+    return np.column_stack([base_ll, words]), np.column_stack([cand_ll, words])
+
+
+def _series(task: str, values: np.ndarray):
+    if values.ndim == 2:  # (loglikelihood, words): a perplexity, lower is better
+        return fast_series(task, values, kind="ratio", aggregation="weighted_perplexity", higher_is_better=False)
+    return fast_series(task, values)
+
+
 def _trial(rng, make, m: int, n: int, drop: float, flip: float, margin: float, looks: int = 4) -> tuple[str, str, float]:
     """(fixed verdict, sequential decision, share of items used); one task per metric, the drop
     in task t0 only. A task whose metrics are futile stops; its items so far stay in the family."""
     pairs = [make(rng, n, drop if j == 0 else 0.0, flip) for j in range(m)]
-    base = run(*[fast_series(f"t{j}", b) for j, (b, _) in enumerate(pairs)])
-    cand = run(*[fast_series(f"t{j}", c) for j, (_, c) in enumerate(pairs)])
+    base = run(*[_series(f"t{j}", b) for j, (b, _) in enumerate(pairs)])
+    cand = run(*[_series(f"t{j}", c) for j, (_, c) in enumerate(pairs)])
     fixed = compare_runs(base, cand, _policy(ALPHA, margin)).verdict
     order = rng.permutation(n)
     t = seq.fractions(looks)
@@ -75,8 +90,8 @@ def _trial(rng, make, m: int, n: int, drop: float, flip: float, margin: float, l
             if used[task] >= 0:  # still running: this look's items are evaluated
                 used[task] = round(n * t[k - 1])
         take = {task: np.sort(order[:abs(u)]) for task, u in used.items()}
-        out = compare_runs(run(*[fast_series(f"t{j}", b[take[f"t{j}"]]) for j, (b, _) in enumerate(pairs)]),
-                           run(*[fast_series(f"t{j}", c[take[f"t{j}"]]) for j, (_, c) in enumerate(pairs)]),
+        out = compare_runs(run(*[_series(f"t{j}", b[take[f"t{j}"]]) for j, (b, _) in enumerate(pairs)]),
+                           run(*[_series(f"t{j}", c[take[f"t{j}"]]) for j, (_, c) in enumerate(pairs)]),
                            _policy(float(levels[k - 1]), margin))
         d = seq.decide(out, k, t, ALPHA)
         if d.decision != "continue":
@@ -100,10 +115,11 @@ def _rates(seed: int, trials: int, make, m: int, drop: float, flip: float, margi
     return float(fixed.mean()), float(sequential.mean()), float(items.mean())
 
 
-@pytest.mark.parametrize("make, m", [(_binary, 1), (_binary, 10), (_continuous, 1)])
+@pytest.mark.parametrize("make, m", [(_binary, 1), (_binary, 10), (_continuous, 1), (_perplexity, 1)])
 def test_harmless_changes_stop_early_without_more_false_alarms(make, m: int) -> None:
     trials = 300 if m == 1 else 60
-    fixed, sequential, items = _rates(16 + m, trials, make, m, 0.0, 0.03 if make is _binary else 0.05, 0.01)
+    flip = {_binary: 0.03, _continuous: 0.05, _perplexity: 0.02}[make]
+    fixed, sequential, items = _rates(16 + m, trials, make, m, 0.0, flip, 0.01 if make is not _perplexity else 0.05)
     se = np.sqrt(ALPHA * (1 - ALPHA) / trials)
     assert sequential <= ALPHA + 3 * se, (fixed, sequential)
     assert items <= 0.60, items  # the mean share of items evaluated

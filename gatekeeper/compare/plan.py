@@ -196,3 +196,45 @@ def _suite_share(rows: list[PlanRow]) -> float:
             tasks[r.key.task] = (max(n, r.n), max(share, r.sequential_share))
     total = sum(n for n, _ in tasks.values())
     return sum(n * s for n, s in tasks.values()) / total if total else math.nan
+
+
+@dataclass(frozen=True)
+class MutantRow:
+    """How the gate judged one variant of the checkpoint (``plan --mutants``)."""
+
+    name: str
+    defect: bool  # a defect the gate should fail; else a harmless variant it should pass
+    what: str
+    verdict: str  # the gate's verdict, or "error" (the variant could not be evaluated)
+    exit_code: int
+    items: float | None  # share of the items evaluated (a sequential gate stops early)
+    look: int | None  # the look it stopped at (sequential)
+    worst: str  # the gated comparison that moved most, e.g. "demo_capitals_mc acc -0.4300"
+    error: str | None = None
+
+    @property
+    def flagged(self) -> bool:
+        return self.exit_code == 1
+
+    @property
+    def right(self) -> bool:
+        """The gate did what it should: failed a defect, passed a harmless variant."""
+        return self.flagged == self.defect and self.error is None
+
+
+@dataclass(frozen=True)
+class MutantsPlan:
+    suite: str
+    model: str
+    sequential: bool
+    rows: list[MutantRow]
+
+    @property
+    def catch_rate(self) -> float:
+        defects = [r for r in self.rows if r.defect]
+        return sum(r.flagged for r in defects) / len(defects) if defects else math.nan
+
+    @property
+    def false_alarm_rate(self) -> float:
+        harmless = [r for r in self.rows if not r.defect]
+        return sum(r.flagged for r in harmless) / len(harmless) if harmless else math.nan

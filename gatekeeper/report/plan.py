@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gatekeeper.compare.plan import Plan, PlanRow
+from gatekeeper.compare.plan import MutantRow, MutantsPlan, Plan, PlanRow
 
 
 def _num(x: float, fmt: str = ".3g") -> str:
@@ -74,3 +74,50 @@ def to_json(p: Plan) -> dict[str, Any]:
                      "sequential_share": _finite(r.sequential_share), "resolves": r.resolves,
                      "note": r.note or None} for r in p.rows],
     }
+
+
+MUTANT_HEADER = ["variant", "kind", "verdict", "gate", "items", "worst gated change", "what was done"]
+
+
+def _mutant_cells(r: MutantRow) -> list[str]:
+    ok = "ok" if r.right else ("MISSED" if r.defect else "FALSE ALARM")
+    if r.error:
+        ok = "error"
+    items = f"{r.items:.0%}" + (f" (look {r.look})" if r.look else "") if r.items is not None else "–"
+    return [r.name, "defect" if r.defect else "harmless", r.verdict, ok, items, r.worst or "–", r.what]
+
+
+def _mutant_summary(p: MutantsPlan) -> list[str]:
+    defects = [r for r in p.rows if r.defect]
+    harmless = [r for r in p.rows if not r.defect]
+    caught = sum(r.flagged for r in defects)
+    alarms = sum(r.flagged for r in harmless)
+    errors = [r for r in p.rows if r.error]
+    lines = [f"plan --mutants for suite {p.suite} on {p.model} ({'sequential' if p.sequential else 'every item'}): "
+             f"caught {caught} of {len(defects)} defects ({p.catch_rate:.0%}), "
+             f"{alarms} false alarm{'s' if alarms != 1 else ''} in {len(harmless)} harmless variants"]
+    if errors:
+        lines.append(f"{len(errors)} variant(s) could not be gated: " + "; ".join(f"{r.name}: {r.error}" for r in errors))
+    return lines
+
+
+def mutants_terminal(p: MutantsPlan) -> str:
+    rows = [MUTANT_HEADER, *[_mutant_cells(r) for r in p.rows]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(MUTANT_HEADER))]
+    table = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join([*_mutant_summary(p), "", *table]) + "\n"
+
+
+def mutants_markdown(p: MutantsPlan) -> str:
+    out = [f"### gatekeeper plan --mutants: {p.suite}", "", *_mutant_summary(p), "",
+           "| " + " | ".join(MUTANT_HEADER) + " |", "|" + "---|" * len(MUTANT_HEADER)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in _mutant_cells(r)) + " |" for r in p.rows]
+    return "\n".join(out) + "\n"
+
+
+def mutants_json(p: MutantsPlan) -> dict[str, Any]:
+    return {"suite": p.suite, "model": p.model, "sequential": p.sequential, "catch_rate": _finite(p.catch_rate),
+            "false_alarm_rate": _finite(p.false_alarm_rate),
+            "variants": [{"name": r.name, "defect": r.defect, "what": r.what, "verdict": r.verdict,
+                          "exit_code": r.exit_code, "flagged": r.flagged, "right": r.right, "items": r.items,
+                          "stopped_at": r.look, "worst": r.worst or None, "error": r.error} for r in p.rows]}
