@@ -452,3 +452,26 @@ def test_credentials_in_the_endpoint_and_model_args_are_written_nowhere(server: 
     for blob in written:
         assert key.encode() not in blob and token.encode() not in blob
     assert any(b"api-key=***" in blob for blob in written)  # redacted, not dropped
+
+
+@lmeval
+def test_sequential_gate_on_the_served_endpoint_stops_early_with_fewer_model_calls(
+        server: CompletionsServer, api_runs: dict, tmp_path: Path) -> None:
+    """gate --sequential through the endpoint: the regressed checkpoint fails at look 1, the
+    harmless one passes early, each with a fraction of a whole run's completions requests."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(_suite_text(backend="local-completions", base_url=server.url)
+                     .replace(f"baseline: {DEMO_BASELINE}", f"baseline: {tmp_path / 'api.json.gz'}"))
+    record = _run_cli("baseline", "record", str(api_runs["base"][0]), "--suite", str(suite))
+    assert record.returncode == 0, record.stderr
+    for name, code, verdict in (("regressed", 1, "fail"), ("harmless", 0, "pass")):
+        before = server.served
+        proc = _run_cli("gate", "--suite", str(suite), "--model", f"{CKPT}/{name}", "--sequential", "--looks", "3",
+                        "--out", str(tmp_path / name), "--json", str(tmp_path / f"{name}.json"))
+        calls = server.served - before
+        report = json.loads((tmp_path / f"{name}.json").read_text())
+        assert proc.returncode == code and report["verdict"] == verdict, proc.stdout[-2000:] + proc.stderr[-2000:]
+        seq = report["sequential"]
+        assert seq["stopped_at"] <= 2 and seq["evaluated"] < 0.7 * seq["total"]
+        whole = api_runs[name][2]  # the completions an unsequenced run of this checkpoint asked for
+        assert 0 < calls < 0.7 * whole, (calls, whole)
