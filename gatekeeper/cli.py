@@ -218,9 +218,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     missing = [flag for flag, value in (("--model", args.model), ("--out", args.out)) if not value]
     if missing:
         raise GateError(f"run: {' and '.join(missing)} required (or --complete DIR to finish a sequential gate)")
+    if args.done and not args.look:
+        raise GateError("run: --done goes with --look K/L (the tasks earlier looks stopped)")
     shard = parse_shard(args.shard) if args.shard else None
+    look = _look_flag(args, shard) if args.look else None
     with _measurement(args, need_baseline=False) as (suite, _):
-        return _run(args, runner, suite, shard)
+        return _run(args, runner, suite, None if look else shard, look)
+
+
+def _look_flag(args: argparse.Namespace, shard: Any) -> Any:
+    """``run --look K/L [--done T,...] [--shard k/N]``: one look of a sequential gate (a wave of a
+    sharded workflow; with --shard, the k-th of N slices of the look's documents)."""
+    from gatekeeper.run.looks import Look
+    from gatekeeper.suite.suite import load_suite
+
+    m = re.fullmatch(r"([0-9]{1,2})/([0-9]{1,2})", args.look.strip())
+    if not m or not (2 <= int(m.group(2)) <= 10 and 1 <= int(m.group(1)) <= int(m.group(2))):
+        raise GateError(f"--look {args.look}: expected K/L with 1 <= K <= L and 2 <= L <= 10 (e.g. 2/4)")
+    done = frozenset(t.strip() for t in (args.done or "").split(",") if t.strip())
+    seed = int(load_suite(args.suite).seeds.get("random", 0) or 0)  # as gate --sequential orders the items
+    part = (shard.index, shard.count) if shard is not None else None
+    return Look(int(m.group(1)), int(m.group(2)), seed, done, part=part)
 
 
 def _complete(args: argparse.Namespace) -> int:
@@ -230,7 +248,7 @@ def _complete(args: argparse.Namespace) -> int:
     from gatekeeper.suite.suite import load_suite
 
     clash = [flag for flag, value in (("--model", args.model), ("--out", args.out), ("--shard", args.shard),
-                                      ("--limit", args.limit), ("--dtype", args.dtype),
+                                      ("--limit", args.limit), ("--dtype", args.dtype), ("--look", args.look),
                                       ("--batch-size", args.batch_size), ("--revision", args.revision),
                                       ("--from-commit", args.from_commit)) if value]
     if clash:
@@ -242,7 +260,7 @@ def _complete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any) -> int:
+def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: Any = None) -> int:
     run_dir = runner.run_suite(
         suite,
         args.model,
@@ -255,8 +273,10 @@ def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any) -> int:
         log=_out,  # progress lines quote task names and lm-eval's messages
         shard=shard,
         cache_dir=args.cache,
+        look=look,
     )
-    _out(f"{'shard ' + str(shard) if shard else 'run'} written to {run_dir}")
+    what = f"look {look.index}/{look.count}" + (f" part {look.part[0]}/{look.part[1]}" if look and look.part else "")
+    _out(f"{what if look else 'shard ' + str(shard) if shard else 'run'} written to {run_dir}")
     return EXIT_OK
 
 
@@ -276,7 +296,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if (args.model is None) == (args.run is None):
         raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run), not both")
     if args.sequential and args.run is not None:
-        raise GateError("gate --sequential evaluates the model look by look; it does not take --run")
+        return _judge_looks(args)
     if args.run is not None:
         if args.record_missing or args.out or args.revision or args.device:
             raise GateError("gate --run: --record-missing, --out, --revision and --device apply only to "
@@ -329,6 +349,27 @@ def cmd_gate(args: argparse.Namespace) -> int:
     finally:
         if not args.out:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _judge_looks(args: argparse.Namespace) -> int:
+    """``gate --sequential --run DIR``: the looks a sharded workflow evaluated, judged; when they
+    do not decide yet, which look comes next (exit 0, verdict "continue")."""
+    from gatekeeper.gate import judge_looks
+
+    if args.record_missing or args.out or args.revision or args.device or args.looks:
+        raise GateError("gate --sequential --run: --record-missing, --out, --revision, --device and --looks do not "
+                        "apply (the looks in the folder were evaluated with their own)")
+    with _measurement(args, need_baseline=True) as (suite, base_baseline):
+        result = judge_looks(suite.path, args.run, baseline=base_baseline or args.baseline, log=_out)
+    info = result.report_json["sequential"]
+    if info.get("next") is None:
+        return _emit(result.outcome, args, {"sequential": info})
+    data = {**result.report_json, "verdict": "continue"}
+    if args.json:
+        _atomic_write(Path(args.json), json.dumps(data, indent=2, allow_nan=False) + "\n")
+    if args.markdown:
+        _atomic_write(Path(args.markdown), f"### ⏳ {escape_untrusted(info['summary'], 1000)}\n")
+    return EXIT_OK  # the summary (logged above) says which look comes next
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -564,6 +605,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "join the N shard folders with `gatekeeper merge`")
     p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
                    "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
+    p.add_argument("--look", metavar="K/L", help="evaluate only look K of a sequential gate of L looks (one wave of a "
+                   "sharded workflow; with --shard k/N the k-th slice of it); judge with `gate --sequential --run DIR`")
+    p.add_argument("--done", metavar="TASKS", help="with --look: tasks earlier looks stopped (comma-separated; the "
+                   "judge's report names them in sequential.next.done)")
     p.add_argument("--complete", metavar="DIR", help="finish a stopped `gate --sequential --out DIR`: evaluate the "
                    "items it skipped and write the whole run to DIR/complete (for baseline record|promote)")
     _add_from_commit(p)

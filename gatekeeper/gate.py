@@ -47,7 +47,7 @@ from gatekeeper.model import RunResults, TrendEntry
 from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
-from gatekeeper.run import mutants, runner
+from gatekeeper.run import complete, merge, mutants, runner
 from gatekeeper.run.looks import Look
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
@@ -198,33 +198,99 @@ def run_sequential_gate(
         if anchor is not None:
             check_baseline_before(anchor, suite, plan)
 
+    levels = sequential.look_levels(sequential.fractions(looks), policy.alpha)
+
+    def evaluate(k: int, done: frozenset[str]) -> list[Path]:
+        log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
+        return [runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
+                                 log=log, preflight=preflight if k == 1 else None, look=Look(k, looks, seed, done),
+                                 reuse_model=True, batch_size=batch_size)]
+
     try:
-        return _sequential_looks(suite, model, Path(out_dir), looks, stored, anchor, policy, seed, revision, device,
-                                 log, futility, preflight, batch_size)
+        result = _sequential_looks(suite, looks, stored, anchor, policy, log, futility, evaluate)
     finally:
         runner.release_models()
+    if result.report_json["sequential"]["partial"]:
+        info = result.report_json["sequential"]
+        info["complete_with"] = f"gatekeeper run --complete {out_dir} --suite {suite.path}"
+        log(f"sequential: a sample of the items; to store this model as a baseline: {info['complete_with']}")
+    return dataclasses.replace(result, run_dir=Path(out_dir))
 
 
-def _sequential_looks(suite: Suite, model: str, out_dir: Path, looks: int, stored: RunResults,
-                      anchor: RunResults | None, policy: Policy, seed: int, revision: str | None,
-                      device: str | None, log: Callable[[str], Any], futility: float,
-                      preflight: Callable[[RunPlan], None], batch_size: int | str | None = None) -> GateResult:
+def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | Path | None = None,
+                policy: Policy | None = None, log: Callable[[str], Any] = print) -> GateResult:
+    """``gate --sequential --run DIR``: judge the looks a sharded workflow evaluated (``run --look
+    K/L [--shard k/N]``, one wave per look) as the in-process sequential gate would, look by look.
+    When the looks in DIR do not decide yet, the report's ``sequential.next`` says which look to
+    evaluate next and which tasks have stopped (exit 0: nothing is known to be worse yet)."""
+    suite = load_suite(suite_path)
+    baseline_path = Path(baseline) if baseline else suite.baseline_path
+    if not baseline_path.is_file():
+        raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one")
+    found = _looks_in(Path(folder))
+    count = found[0].info["count"]
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(baseline_path)
+        anchor = anchors.load_anchor(baseline_path)
+    def evaluate(k: int, done: frozenset[str]) -> list[Path]:
+        parts = [p for p in found if p.info["index"] == k]
+        for p in parts:
+            if set(p.info.get("done") or ()) != set(done):
+                raise GateError(f"{p.folder}: evaluated with --done {','.join(p.info.get('done') or []) or '(none)'}, "
+                                f"but the looks before it stop {','.join(sorted(done)) or 'no task'}; re-run it")
+        return [p.folder for p in parts]
+
+    return _sequential_looks(suite, count, stored, anchor, policy or suite.policy, log, sequential.DEFAULT_FUTILITY,
+                             evaluate)
+
+
+def _looks_in(folder: Path) -> list[Any]:
+    """The looks under ``folder``, validated: one seed and look count, looks 1..K each with all
+    its parts, no look twice."""
+    found = [merge.load_look(p) for p in complete.look_folders(folder)]
+    first = found[0]
+    by_index: dict[int, list[Any]] = {}
+    for p in found:
+        for key in ("count", "seed"):
+            if p.info[key] != first.info[key]:
+                raise GateError(f"{p.folder}: look {key} differs from {first.folder}'s; one sequential gate per folder")
+        by_index.setdefault(p.info["index"], []).append(p)
+    for k in range(1, max(by_index) + 1):
+        parts = by_index.get(k)
+        if not parts:
+            raise GateError(f"{folder}: look {k} is missing (looks {sorted(by_index)} found); evaluate it first")
+        n = (parts[0].info.get("part") or [1, 1])[1]
+        have = sorted((p.info.get("part") or [1, 1])[0] for p in parts)
+        if have != list(range(1, n + 1)) or any((p.info.get("part") or [1, 1])[1] != n for p in parts):
+            raise GateError(f"{folder}: look {k} has parts {have} of {n}; pass every shard of the wave once")
+    return found
+
+
+def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunResults | None, policy: Policy,
+                      log: Callable[[str], Any], futility: float,
+                      evaluate: Callable[[int, frozenset[str]], list[Path]]) -> GateResult:
+    """The looks, one after another: ``evaluate(k, done)`` gives look k's run folders (evaluated
+    now, or found; [] when look k is not there yet), then the comparison decides."""
     t = sequential.fractions(looks)
     levels = sequential.look_levels(t, policy.alpha)
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
     done: frozenset[str] = frozenset()
     steps: list[dict[str, Any]] = []
+    waiting = None
     for k in range(1, looks + 1):
-        look = Look(k, looks, seed, done)
-        log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
-        run_dir = runner.run_suite(suite, model, out_dir / f"look-{k}", revision=revision, device=device,
-                                   log=log, preflight=preflight if k == 1 else None, look=look, reuse_model=True,
-                                   batch_size=batch_size)
-        with trusted_code(suite.include_path, tuple(suite.task_names)):
-            runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
-        manifest = runs[-1].provenance.manifest or {}
-        news.append({t_: list(d) for t_, d in (manifest.get("look") or {}).get("docs", {}).items()})
+        folders = evaluate(k, done)
+        if not folders:
+            waiting = k
+            break
+        manifests = []
+        for run_dir in folders:
+            with trusted_code(suite.include_path, tuple(suite.task_names)):
+                runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
+            manifests.append(runs[-1].provenance.manifest or {})
+            news.append({t_: list(d) for t_, d in (manifests[-1].get("look") or {}).get("docs", {}).items()})
+        manifest = {"wall_seconds": sum(float(m.get("wall_seconds") or 0.0) for m in manifests),
+                    "model_load_seconds": sum(float(m.get("model_load_seconds") or 0.0) for m in manifests)}
         candidate = subset.join(runs, news)
         docs = subset.docs_of(candidate)
         # Interim looks test at tiny levels, where mid-p runs above nominal: the exact test there.
@@ -239,16 +305,21 @@ def _sequential_looks(suite: Suite, model: str, out_dir: Path, looks: int, store
         if decision.decision != "continue":
             break
         done = done | decision.done_tasks
+    if not runs:
+        raise GateError("sequential gate: no look to judge")
     sizes = (runs[0].provenance.manifest or {}).get("look", {}).get("items", {})
     info = _sequential_report(looks, steps, sizes, docs, policy.alpha)
+    if waiting is not None:  # the looks so far do not decide: say what to evaluate next
+        info["decision"] = "continue"
+        info["next"] = {"look": waiting, "of": looks, "done": sorted(done)}
+        info["summary"] = (f"sequential: undecided after look {waiting - 1} of {looks}; evaluate look {waiting}: "
+                           f"gatekeeper run --look {waiting}/{looks}" + (f" --done {','.join(sorted(done))}" if done else ""))
     log(info["summary"])
-    if info["partial"]:
-        info["complete_with"] = f"gatekeeper run --complete {out_dir} --suite {suite.path}"
-        log(f"sequential: a sample of the items; to store this model as a baseline: {info['complete_with']}")
     report_json = report.to_json(outcome)
     report_json["sequential"] = info
     outcome.notes.append(info["summary"])
-    return GateResult(outcome.exit_code, outcome, None, Path(out_dir), report_json)
+    code = 0 if waiting is not None else outcome.exit_code
+    return GateResult(code, outcome, None, None, report_json)
 
 
 def _sequential_report(looks: int, steps: list[dict[str, Any]], sizes: dict[str, int],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,7 +114,7 @@ def test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs(
 
 def test_sequential_flags_that_do_not_fit_are_refused(tmp_path: Path) -> None:
     for extra, message in ((["--looks", "1"], "between 2 and 10 looks"),
-                           (["--run", str(tmp_path)], "does not take --run"),
+                           (["--run", str(tmp_path)], "no looks of a sequential gate in it"),
                            (["--record-missing"], "--record-missing does not apply")):
         args = [sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--sequential", *extra]
         if "--run" not in extra:
@@ -123,7 +124,7 @@ def test_sequential_flags_that_do_not_fit_are_refused(tmp_path: Path) -> None:
 
 
 def test_complete_refuses_what_is_not_a_stopped_gate(tmp_path: Path) -> None:
-    for args, message in ((["--complete", str(tmp_path)], "no look-K folders"),
+    for args, message in ((["--complete", str(tmp_path)], "no looks of a sequential gate in it"),
                           (["--complete", str(tmp_path / "nope")], "no such folder"),
                           (["--complete", str(tmp_path), "--model", "x"], "--model does not apply"),
                           ([], "--model and --out required")):
@@ -131,3 +132,70 @@ def test_complete_refuses_what_is_not_a_stopped_gate(tmp_path: Path) -> None:
                               env=ENV, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_one_process(
+        tmp_path: Path, demo_run) -> None:
+    """Looks of 2 shards each (run --look K/L --shard k/2), judged by gate --sequential --run after
+    each wave: the same decisions, items and p-values as gate --sequential in one process; then
+    run --complete gives the whole run."""
+    model = str(ROOT / "examples" / "checkpoints" / "regressed")
+    waves = tmp_path / "waves"
+    done = ""
+    for k in (1, 2):
+        for part in (1, 2):
+            args = ["run", "--suite", str(SUITE), "--model", model, "--look", f"{k}/4", "--shard", f"{part}/2",
+                    "--out", str(waves / f"look-{k}" / f"part-{part}")]
+            proc = _cli(*args, *(["--done", done] if done else []), cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        if k == 1:  # a look with a part missing is refused, not judged on half its items
+            shutil.move(waves / "look-1" / "part-2", tmp_path / "aside")
+            half = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(waves), cwd=tmp_path)
+            assert half.returncode == 2 and "look 1 has parts [1] of 2" in half.stderr, half.stderr
+            shutil.move(tmp_path / "aside", waves / "look-1" / "part-2")
+        judged = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(waves), "--json",
+                      str(tmp_path / f"wave-{k}.json"), cwd=tmp_path)
+        report = json.loads((tmp_path / f"wave-{k}.json").read_text())
+        if k == 1:
+            assert judged.returncode == 0 and report["verdict"] == "continue", judged.stdout[-2000:]
+            nxt = report["sequential"]["next"]
+            assert nxt["look"] == 2 and "demo_capitals_mc" not in nxt["done"] and nxt["done"]
+            done = ",".join(nxt["done"])
+            assert f"gatekeeper run --look 2/4 --done {done}" in judged.stdout
+    assert judged.returncode == 1 and report["verdict"] == "fail" and report["sequential"]["stopped_at"] == 2
+    one = _cli("gate", "--suite", str(SUITE), "--model", model, "--sequential", "--looks", "4", "--out",
+               str(tmp_path / "one"), "--json", str(tmp_path / "one.json"), cwd=tmp_path)
+    assert one.returncode == 1, one.stderr[-2000:]
+    single = json.loads((tmp_path / "one.json").read_text())
+
+    def table(r: dict) -> dict:
+        return {(c["task"], c["metric"], c["filter"]): (c["n"], c["delta"], c["p_value"], c["verdict"])
+                for c in r["comparisons"]}
+    assert table(report) == table(single)
+    assert report["sequential"]["evaluated"] == single["sequential"]["evaluated"]
+
+    # A wave evaluated with the wrong --done is refused.
+    wrong = tmp_path / "wrong"
+    shutil.copytree(waves / "look-1", wrong / "look-1")
+    proc = _cli("run", "--suite", str(SUITE), "--model", model, "--look", "2/4", "--out", str(wrong / "look-2"),
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(wrong), cwd=tmp_path)
+    assert bad.returncode == 2 and "evaluated with --done (none)" in bad.stderr, bad.stderr
+
+    # The waves and the rest are the whole run, item for item.
+    done_run = _cli("run", "--suite", str(SUITE), "--complete", str(waves), cwd=tmp_path)
+    assert done_run.returncode == 0, done_run.stderr[-2000:]
+    suite = load_suite(SUITE)
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        full = load_run(next((waves / "complete").iterdir()), cluster_keys=suite.cluster_keys())
+        whole = load_run(demo_run("regressed"), cluster_keys=suite.cluster_keys())
+    for key, s in whole.series.items():
+        assert np.array_equal(s.hashes, full.series[key].hashes), key
+        assert np.allclose(np.asarray(s.values, dtype=float), np.asarray(full.series[key].values, dtype=float),
+                           rtol=1e-5), key

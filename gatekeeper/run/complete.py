@@ -16,6 +16,7 @@ a relative path is read from the current folder, so complete from where the gate
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,17 +31,29 @@ REST = "rest"
 COMPLETE = "complete"
 
 
-def look_folders(folder: Path) -> list[Path]:
-    """The ``look-K`` folders of a sequential gate's output folder, in look order."""
+def look_folders(folder: Path, *, rest: bool = False) -> list[Path]:
+    """The run folders of a sequential gate's looks under ``folder`` (``look-K/<model>``, or a
+    sharded workflow's ``look-K/part-k/<model>``: any folder up to three levels down whose manifest
+    has a ``look``), in look order; ``rest``: also ``run --complete``'s rest. Links are not followed."""
     if not folder.is_dir():
         raise GateError(f"{folder}: no such folder; pass the --out folder of `gatekeeper gate --sequential`")
     found = []
-    for path in folder.iterdir():
-        index = path.name.removeprefix("look-")
-        if path.name.startswith("look-") and index.isdigit() and path.is_dir() and not path.is_symlink():
-            found.append((int(index), path))
+    for here, dirs, files in os.walk(folder):
+        depth = len(Path(here).relative_to(folder).parts)
+        dirs[:] = sorted(d for d in dirs if depth < 3 and d != COMPLETE and not (Path(here) / d).is_symlink())
+        if MANIFEST_NAME not in files or Path(here, MANIFEST_NAME).is_symlink():
+            continue
+        try:
+            look = json.loads(Path(here, MANIFEST_NAME).read_text(encoding="utf-8")).get("look")
+        except (OSError, ValueError, RecursionError, AttributeError):
+            raise GateError(f"{Path(here, MANIFEST_NAME)}: not a readable run manifest") from None
+        if isinstance(look, dict) and (rest or not look.get("rest")):
+            index, part = look.get("index"), look.get("part")
+            k = part[0] if isinstance(part, list) and part and isinstance(part[0], int) else 1
+            found.append(((index if isinstance(index, int) else 0, k), Path(here)))
     if not found:
-        raise GateError(f"{folder}: no look-K folders; pass the --out folder of `gatekeeper gate --sequential`")
+        raise GateError(f"{folder}: no looks of a sequential gate in it; pass the --out folder of "
+                        "`gatekeeper gate --sequential` (or the folder holding the look-K folders)")
     return [p for _, p in sorted(found)]
 
 

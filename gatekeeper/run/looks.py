@@ -10,6 +10,10 @@ with nothing new to evaluate at a look (it stopped early, or it is smaller than 
 given its first document in the order, already evaluated at look 1, and that repeat is dropped
 when the looks are joined (``results/subset.py``).
 
+In a sharded workflow each look is one wave of the matrix: ``run --look K/L --shard k/N`` (a
+``Look`` with ``part`` (k, N)) evaluates the k-th of N contiguous slices of look K's new
+documents, and ``gate --sequential --run DIR`` judges the looks found in DIR.
+
 ``gatekeeper run --complete`` evaluates what a stopped gate skipped as one more "look" whose
 documents are given (``Look.docs``): every task's documents no look evaluated, so the looks and
 the rest together are the whole run (``run/merge.py`` joins them).
@@ -27,13 +31,15 @@ import numpy as np
 @dataclass(frozen=True)
 class Look:
     """Look ``index`` (1-based) of ``count``; ``done``: tasks that stopped early (nothing new);
-    ``docs``: the documents to evaluate, given (``run --complete``'s rest, index ``count + 1``)."""
+    ``docs``: the documents to evaluate, given (``run --complete``'s rest, index ``count + 1``);
+    ``part``: (k, N), only the k-th of N slices of the look's documents (one shard of a wave)."""
 
     index: int
     count: int
     seed: int
     done: frozenset[str] = field(default_factory=frozenset)
     docs: Mapping[str, Sequence[int]] | None = field(default=None, compare=False)
+    part: tuple[int, int] | None = None
 
     @property
     def is_rest(self) -> bool:
@@ -55,7 +61,11 @@ def chunk(task: str, size: int, look: Look) -> list[int]:
         return []
     perm = order(task, size, look.seed)
     lo, hi = round(size * (look.index - 1) / look.count), round(size * look.index / look.count)
-    return sorted(int(i) for i in perm[lo:hi])
+    docs = sorted(int(i) for i in perm[lo:hi])
+    if look.part is not None:
+        k, n = look.part
+        docs = docs[round(len(docs) * (k - 1) / n):round(len(docs) * k / n)]
+    return docs
 
 
 def samples(sizes: dict[str, int], look: Look) -> tuple[dict[str, list[int]], dict[str, list[int]]]:

@@ -81,7 +81,8 @@ class ShardRun:
     def name(self) -> str:
         if self.kind == "look" and self.info.get("rest"):
             return "the rest"
-        return f"{self.kind} {self.info['index']}/{self.info['count']}"
+        part = self.info.get("part") if self.kind == "look" else None
+        return f"{self.kind} {self.info['index']}/{self.info['count']}" + (f" part {part[0]}/{part[1]}" if part else "")
 
     def owns(self, task: str) -> Callable[[int], bool]:
         """Whether a document of ``task`` in this part's samples is this part's own."""
@@ -105,7 +106,7 @@ def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
 def merge_looks(look_dirs: list[Path], out_dir: Path) -> Path:
     """The looks of one sequential gate and the rest (``run --complete``) as one whole run under
     ``out_dir``, item for item the run an unsequenced ``gatekeeper run`` writes."""
-    looks = [_load_look(Path(d)) for d in look_dirs]
+    looks = [load_look(Path(d)) for d in look_dirs]
     if not looks:
         raise GateError("run --complete: no look folders to join")
     _check_looks(looks)
@@ -179,7 +180,8 @@ def _load_shard(folder: Path) -> ShardRun:
     return ShardRun(folder, results_file, data, manifest)
 
 
-def _load_look(folder: Path) -> ShardRun:
+def load_look(folder: Path) -> ShardRun:
+    """One look of a sequential gate (or a part of one), its manifest checked against its run."""
     results_file, _ = find_results_file(folder)
     manifest_path = results_file.parent / MANIFEST_NAME
     try:
@@ -220,6 +222,12 @@ def _look_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
             return f"docs[{task}] is {short(ids)}, expected document numbers below the task's {items[task]} items"
     if not isinstance(info["groups"], dict):
         return f"groups is {short(info['groups'])}, expected an object"
+    part, done = info.get("part"), info.get("done", [])
+    if part is not None and not (isinstance(part, list) and len(part) == 2 and all(is_int(x) for x in part)
+                                 and 1 <= part[0] <= part[1] <= MAX_SHARDS):
+        return f"part is {short(part)}, expected [k, N] with 1 <= k <= N"
+    if not (isinstance(done, list) and all(isinstance(t, str) and t in items for t in done)):
+        return f"done is {short(done)}, expected task names of the run"
     return None
 
 
@@ -230,13 +238,13 @@ def _check_looks(looks: list[ShardRun]) -> None:
             if s.info[key] != first.info[key]:
                 raise GateError(f"{s.folder}: look {key} differs from {first.folder}'s; "
                                 "join the looks of one sequential gate")
-    seen: dict[int, Path] = {}
+    seen: dict[tuple[int, int], Path] = {}
     for s in looks:
-        k = s.info["index"]
+        k = (s.info["index"], (s.info.get("part") or [1])[0])
         if k in seen:
-            raise GateError(f"{s.folder}: look {k} given twice (also {seen[k]})")
+            raise GateError(f"{s.folder}: {s.name} given twice (also {seen[k]})")
         seen[k] = s.folder
-    looks.sort(key=lambda s: s.info["index"])
+    looks.sort(key=lambda s: (s.info["index"], (s.info.get("part") or [1])[0]))
 
 
 def _shard_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:

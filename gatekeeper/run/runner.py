@@ -656,8 +656,11 @@ def look_manifest(look: Look, top: list, leaves: dict, cli_limit: Any) -> dict[s
     lm_samples, new = looks.samples(sizes, look)
     for name, docs in lm_samples.items():
         _replay_fewshot(leaves[name][0], docs)
+    unknown = sorted(look.done - set(sizes))
+    if unknown:
+        raise GateError(f"--done {','.join(unknown)}: not a task of this suite (tasks: {', '.join(sorted(sizes))})")
     return {"index": look.index, "count": look.count, "seed": look.seed, "done": sorted(look.done),
-            "rest": look.is_rest, "docs": new, "items": dict(sorted(sizes.items())),
+            "part": list(look.part) if look.part else None, "rest": look.is_rest, "docs": new, "items": dict(sorted(sizes.items())),
             "limit": _limits(leaves, cli_limit, get_sample_size)[0], "groups": _group_aggregations(top),
             "samples": lm_samples}
 
