@@ -28,12 +28,12 @@ from gatekeeper.baseline import gitbase, trend
 from gatekeeper.baseline.prbase import BaseTree, base_tree, pr_base_sha
 from gatekeeper.errors import GateError
 from gatekeeper.files import atomic_write_bytes
-from gatekeeper.gate import compare_paths, promote_run, run_gate, run_sequential_gate
+from gatekeeper.gate import compare_paths, judge_looks, promote_run, run_gate, run_sequential_gate
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
 from gatekeeper.report import ReportContext
 from gatekeeper.report import trend as trend_report
-from gatekeeper.run import runner
+from gatekeeper.run import complete, runner
 from gatekeeper.run.environment import scrub_ci_secrets
 from gatekeeper.suite.suite import Suite, load_suite
 from gatekeeper.text import escape_untrusted
@@ -126,6 +126,8 @@ class Evaluation:
     summary: str | None = None  # the job summary's report, when longer than the comment allows
     trusted: bool = False  # evaluated on the trusted default branch's own suite and baseline
     trend_markdown: str = ""  # the history's charts (trusted gates only), for the tracking issue
+    # compare on a sequential gate's waves: the next look ("K/L", "" once decided) and the stopped tasks
+    sequential: dict[str, str] | None = None
 
     @property
     def summary_markdown(self) -> str:
@@ -442,9 +444,39 @@ def _compare(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> E
         base_path = _path(job, inputs["baseline"]) if inputs["baseline"] else suite.baseline_path
     candidate_path = _path(job, inputs["candidate"])
     policy = base.policy if base is not None else suite.policy
+    if _holds_looks(candidate_path):  # a sharded workflow's waves of a sequential gate
+        return _judge(job, suite, base_path, candidate_path, policy)
     # The one path shared with `gate` and `compare --suite`: both runs must belong to the suite.
     outcome = compare_paths(base_path, candidate_path, suite, policy)
     return _from_outcome(job, outcome, suite, candidate_path, None)
+
+
+def _holds_looks(path: Path) -> bool:
+    if not path.is_dir():
+        return False
+    try:
+        return bool(complete.look_folders(path))
+    except GateError:
+        return False
+
+
+def _judge(job: Job, suite: Suite, base_path: Path, folder: Path, policy: Any) -> Evaluation:
+    """``compare`` on the waves of a sequential gate (``run --look K/L``): the verdict once they
+    decide; else ``continue``, with the next look and the stopped tasks as outputs."""
+    with job.console.group(f"gatekeeper: judging the looks in {folder.name}") as log:
+        result = judge_looks(suite.path, folder, baseline=base_path, policy=policy, log=log)
+    info = result.report_json["sequential"]
+    nxt = info.get("next")
+    if nxt is None:
+        ev = _from_outcome(job, result.outcome, suite, None, result.report_json)
+        ev.sequential = {"next": "", "done": ""}
+        return ev
+    text = escape_untrusted(info["summary"], 1000)
+    report_json = {**result.report_json, "verdict": "continue"}
+    ev = Evaluation(0, "continue", f"### ⏳ gatekeeper {suite.name}: {text}", info["summary"], report_json=report_json,
+                    suite=suite)
+    ev.sequential = {"next": f"{nxt['look']}/{nxt['of']}", "done": ",".join(nxt["done"])}
+    return ev
 
 
 def error_evaluation(message: str, verdict: str = "error") -> Evaluation:
@@ -529,6 +561,8 @@ def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | Non
 
 def _status(job: Job, client: GitHubClient, suite: str, ev: Evaluation) -> None:
     state = {0: "success", 1: "failure"}.get(ev.code, "error")
+    if ev.verdict == "continue":
+        state = "pending"  # a sequential gate's next wave decides
     if ev.verdict == "fail":
         state = "failure"  # the status reports the verdict even when fail-on: never
     try:
@@ -622,6 +656,8 @@ def main(env: dict[str, str] | None = None) -> int:
     # comment, never the report, the summary or the outputs.
     outputs = {"verdict": ev.verdict, "regressions": str(len(ev.regressions)),
                "report-json": _write_report_json(job, ev)}
+    if ev.sequential is not None:
+        outputs.update({"sequential-next": ev.sequential["next"], "sequential-done": ev.sequential["done"]})
     noted = len(job.notes)
     _write_runner_files(job, ev.summary_markdown + _notes_md(job.notes), outputs, reserve=ci.SUMMARY_RESERVE)
     if client is not None:

@@ -275,8 +275,11 @@ def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: An
         cache_dir=args.cache,
         look=look,
     )
-    what = f"look {look.index}/{look.count}" + (f" part {look.part[0]}/{look.part[1]}" if look and look.part else "")
-    _out(f"{what if look else 'shard ' + str(shard) if shard else 'run'} written to {run_dir}")
+    if look is not None:
+        what = f"look {look.index}/{look.count}" + (f" part {look.part[0]}/{look.part[1]}" if look.part else "")
+    else:
+        what = f"shard {shard}" if shard else "run"
+    _out(f"{what} written to {run_dir}")
     return EXIT_OK
 
 

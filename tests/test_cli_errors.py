@@ -19,7 +19,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 def test_bare_gatekeeper_prints_usage_and_exits_2():
     proc = subprocess.run([sys.executable, "-m", "gatekeeper"], capture_output=True, text=True, env=ENV, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("usage: gatekeeper") and "{compare,run,gate,init,merge,baseline,history}" in proc.stderr
+    assert proc.stderr.startswith("usage: gatekeeper") and "{compare,run,gate,init,merge,baseline,history,plan}" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -31,7 +31,7 @@ EXPECTED_INPUTS = {
     "comment", "fail-on", "allow-forks", "promote-on-green", "pr-number", "bootstrap", "mlflow-tracking-uri",
     "sequential",
 }
-EXPECTED_OUTPUTS = {"verdict", "regressions", "report-json", "comment-url"}
+EXPECTED_OUTPUTS = {"verdict", "regressions", "report-json", "comment-url", "sequential-next", "sequential-done"}
 ENTRYPOINT = ["python", "-m", "gatekeeper.action"]
 
 

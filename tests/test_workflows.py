@@ -122,6 +122,45 @@ def test_sharded_workflow_gates_the_merged_shards_of_the_base_suite(repo, gh: Fa
     assert (kept / "gatekeeper-report.json").is_file() and list(kept.glob("*/results_*.json"))
 
 
+def test_sharded_sequential_workflow_judges_each_wave_and_fails_at_the_second(repo, gh: FakeGitHub):
+    """sharded-sequential.yml on the PR that adds the regressed checkpoint: look 1 (two shards)
+    does not decide (the judge says continue, names the stopped tasks, the comment is pending),
+    look 2 evaluates only the tasks still running, and its judge fails the PR; looks 3-4 never run."""
+    ws, base, head, artifacts = repo
+    jobs = _jobs("sharded-sequential.yml")
+    context: dict[str, str] = {}
+    for k in (1, 2):
+        wave = jobs[f"look-{k}"]
+        if k > 1:
+            assert wave["if"] == f"needs.judge-{k - 1}.outputs.next == '{k}/4'"
+            assert context[f"needs.judge-{k - 1}.outputs.next"] == f"{k}/4"
+        parts = wave["strategy"]["matrix"]["shard"]
+        for part in parts:
+            job_ws = ws.parent / f"look-{k}-{part}"
+            shutil.copytree(ws, job_ws, symlinks=True)
+            runner = Runner(job_ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, container=True,
+                            context={**_pr_context(base), **context, "matrix.shard": str(part),
+                                     "strategy.job-total": str(len(parts))})
+            runner.job(wave["steps"], artifacts)
+            assert not runner.failed, [p.stdout[-2000:] + p.stderr[-2000:] for p in runner.results]
+        judge_ws = ws.parent / f"judge-{k}"
+        shutil.copytree(ws, judge_ws, symlinks=True)
+        judge = Runner(judge_ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, container=True,
+                       context=_pr_context(base))
+        last = judge.job(jobs[f"judge-{k}"]["steps"], artifacts)
+        outputs = {name: judge.outputs.get(expr.replace("${{", "").replace("}}", "").strip(), "")
+                   for name, expr in jobs[f"judge-{k}"]["outputs"].items()}
+        context.update({f"needs.judge-{k}.outputs.{name}": value for name, value in outputs.items()})
+        if k == 1:
+            assert not judge.failed, last.stdout[-3000:] + last.stderr[-2000:]
+            assert outputs["next"] == "2/4" and "demo_capitals_mc" not in outputs["done"].split(",")
+            assert gh.comment_bodies(PR)[0].startswith("### ⏳")
+    assert judge.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    assert context["needs.judge-2.outputs.next"] == ""  # look 3 is never evaluated
+    bodies = gh.comment_bodies(PR)
+    assert len(bodies) == 1 and bodies[0].startswith("### ❌")  # the one sticky comment, edited
+
+
 def test_checkpoint_push_to_a_branch_is_gated_against_main(repo, gh: FakeGitHub):
     ws, base, head, artifacts = repo
     gh.add_pr(PR, head)
