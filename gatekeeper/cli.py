@@ -466,12 +466,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise GateError("plan: --out, --fixed and --keep go with --mutants MODEL")
     result = gate.plan_suite(args.suite, baseline=args.baseline, against=args.against, flip_rate=args.flip_rate,
                              looks=args.looks)
-    if args.format == "json":
-        print(json.dumps(show.to_json(result), indent=2, allow_nan=False))
-    elif args.format == "markdown":
-        _out(show.to_markdown(result))
+    return _show(args.format, result, show.to_json, show.to_markdown, show.to_terminal)
+
+
+def _show(fmt: str, result: Any, as_json: Any, as_markdown: Any, as_terminal: Any) -> int:
+    """Print ``result`` as ``--format`` asks (JSON unescaped, it is data; the others line-safe)."""
+    if fmt == "json":
+        print(json.dumps(as_json(result), indent=2, allow_nan=False))
+    elif fmt == "markdown":
+        _out(as_markdown(result))
     else:
-        _out(show.to_terminal(result))
+        _out(as_terminal(result))
     return EXIT_OK
 
 
@@ -490,13 +495,7 @@ def _plan_mutants(args: argparse.Namespace) -> int:
         result = gate.plan_mutants(args.suite, args.mutants, out_dir=out, sequential_gate=not args.fixed,
                                    looks=args.looks, device=args.device, keep=args.keep,
                                    log=_err if args.format == "json" else _out)  # JSON alone on stdout
-    if args.format == "json":
-        print(json.dumps(show.mutants_json(result), indent=2, allow_nan=False))
-    elif args.format == "markdown":
-        _out(show.mutants_markdown(result))
-    else:
-        _out(show.mutants_terminal(result))
-    return EXIT_OK
+    return _show(args.format, result, show.mutants_json, show.mutants_markdown, show.mutants_terminal)
 
 
 def _metric_keys(wanted: list[str], entries: list, where: Path) -> list[str]:

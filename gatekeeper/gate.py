@@ -248,6 +248,7 @@ def _looks_in(folder: Path) -> list[Any]:
     """The looks under ``folder``, validated: one seed and look count, looks 1..K each with all
     its parts, no look twice."""
     found = [merge.load_look(p) for p in complete.look_folders(folder)]
+    merge.check_same(found)  # one model, suite and settings: no wave of another checkpoint mixed in
     first = found[0]
     by_index: dict[int, list[Any]] = {}
     for p in found:

@@ -188,6 +188,15 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(wrong), cwd=tmp_path)
     assert bad.returncode == 2 and "evaluated with --done (none)" in bad.stderr, bad.stderr
 
+    # A wave of another checkpoint mixed in is refused, not judged as one model.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(waves / "look-1" / "part-1", mixed / "look-1" / "part-1")
+    proc = _cli("run", "--suite", str(SUITE), "--model", str(ROOT / "examples" / "checkpoints" / "harmless"),
+                "--look", "1/4", "--shard", "2/2", "--out", str(mixed / "look-1" / "part-2"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(mixed), cwd=tmp_path)
+    assert bad.returncode == 2 and "model_files differs" in bad.stderr, bad.stderr
+
     # The waves and the rest are the whole run, item for item.
     done_run = _cli("run", "--suite", str(SUITE), "--complete", str(waves), cwd=tmp_path)
     assert done_run.returncode == 0, done_run.stderr[-2000:]

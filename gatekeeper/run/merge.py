@@ -114,7 +114,7 @@ def merge_looks(look_dirs: list[Path], out_dir: Path) -> Path:
 
 
 def _merge(shards: list[ShardRun], out_dir: Path) -> Path:
-    _check_same(shards)
+    check_same(shards)
     merged = {task: _merge_task(shards, task) for task in sorted(shards[0].data["configs"])}
     data = _merged_results(shards, merged)
     lines = {task: [line for line, _ in items] for task, items in merged.items()}
@@ -202,21 +202,13 @@ def load_look(folder: Path) -> ShardRun:
 
 
 def _look_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
-    """What is wrong with a look manifest's shape (as ``_shard_problem``); None when fine."""
-    count, index = info["count"], info["index"]
-    if not (is_int(count) and 1 <= count <= MAX_SHARDS):
-        return f"count is {short(count)}, expected 1 to {MAX_SHARDS}"
-    if not (is_int(index) and 1 <= index <= count + 1):
-        return f"index is {short(index)}, expected 1 to {count + 1}"
+    """What is wrong with a look manifest's shape (as ``_shard_problem``); None when fine. Index
+    ``count + 1`` is ``run --complete``'s rest."""
+    problem = _part_problem(info, data, info["count"] + 1 if is_int(info["count"]) else 0,
+                            "the documents each task added")
+    if problem:
+        return problem
     items, docs = info["items"], info["docs"]
-    if not isinstance(items, dict) or set(items) != set(data.get("configs") or {}):
-        return f"items is {short(items)}, expected the item count of each of the run's tasks"
-    for task, n in items.items():
-        original = ((data.get("n-samples") or {}).get(task) or {}).get("original")
-        if not (is_int(n) and 0 <= n <= (original if is_int(original) else 0)):
-            return f"items[{task}] is {short(n)}, expected at most the task's {original} documents"
-    if not isinstance(docs, dict) or not set(docs) <= set(items):
-        return f"docs is {short(docs)}, expected the documents each task added"
     for task, ids in docs.items():
         if not (isinstance(ids, list) and all(is_int(x) and 0 <= x < items[task] for x in ids)):
             return f"docs[{task}] is {short(ids)}, expected document numbers below the task's {items[task]} items"
@@ -251,11 +243,27 @@ def _shard_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
     """What is wrong with a shard manifest's shape, bounded by the run's own results.json: a
     count beyond MAX_SHARDS or item counts beyond the task's documents would make the merge
     loop for minutes or run out of memory. None when it is fine."""
+    problem = _part_problem(info, data, info["count"], "the document range of each task")
+    if problem:
+        return problem
+    items, docs = info["items"], info["docs"]
+    for task, rng in docs.items():
+        if not (isinstance(rng, list) and len(rng) == 2 and all(is_int(x) for x in rng)
+                and 0 <= rng[0] <= rng[1] <= items[task]):
+            return f"docs[{task}] is {short(rng)}, expected [first, end] within the task's {items[task]} items"
+    if not isinstance(info["groups"], dict):
+        return f"groups is {short(info['groups'])}, expected an object"
+    return None
+
+
+def _part_problem(info: dict[str, Any], data: dict[str, Any], last: int, docs_are: str) -> str | None:
+    """The checks a shard's and a look's manifest share: count, index (1 to ``last``), item
+    counts bounded by the run's own documents, a ``docs`` object over the run's tasks."""
     index, count = info["index"], info["count"]
     if not (is_int(count) and 1 <= count <= MAX_SHARDS):
         return f"count is {short(count)}, expected 1 to {MAX_SHARDS}"
-    if not (is_int(index) and 1 <= index <= count):
-        return f"index is {short(index)}, expected 1 to {count}"
+    if not (is_int(index) and 1 <= index <= last):
+        return f"index is {short(index)}, expected 1 to {last}"
     items, docs = info["items"], info["docs"]
     if not isinstance(items, dict) or set(items) != set(data.get("configs") or {}):
         return f"items is {short(items)}, expected the item count of each of the run's tasks"
@@ -264,13 +272,7 @@ def _shard_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
         if not (is_int(n) and 0 <= n <= (original if is_int(original) else 0)):
             return f"items[{task}] is {short(n)}, expected at most the task's {original} documents"
     if not isinstance(docs, dict) or not set(docs) <= set(items):
-        return f"docs is {short(docs)}, expected the document range of each task"
-    for task, rng in docs.items():
-        if not (isinstance(rng, list) and len(rng) == 2 and all(is_int(x) for x in rng)
-                and 0 <= rng[0] <= rng[1] <= items[task]):
-            return f"docs[{task}] is {short(rng)}, expected [first, end] within the task's {items[task]} items"
-    if not isinstance(info["groups"], dict):
-        return f"groups is {short(info['groups'])}, expected an object"
+        return f"docs is {short(docs)}, expected {docs_are}"
     return None
 
 
@@ -293,7 +295,8 @@ def _check_set(shards: list[ShardRun]) -> None:
     shards.sort(key=lambda s: s.info["index"])
 
 
-def _check_same(shards: list[ShardRun]) -> None:
+def check_same(shards: list[ShardRun]) -> None:
+    """The parts are of one model, suite and settings (manifests, results.json, config)."""
     first = shards[0]
     for s in shards[1:]:
         for key in _SAME_MANIFEST:
