@@ -221,22 +221,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.done and not args.look:
         raise GateError("run: --done goes with --look K/L (the tasks earlier looks stopped)")
     shard = parse_shard(args.shard) if args.shard else None
-    look = _look_flag(args, shard) if args.look else None
     with _measurement(args, need_baseline=False) as (suite, _):
+        # The look's item order comes from the measured suite (with --from-commit the base
+        # commit's): a pull request cannot choose which items a look evaluates.
+        look = _look_flag(args, shard, suite) if args.look else None
         return _run(args, runner, suite, None if look else shard, look)
 
 
-def _look_flag(args: argparse.Namespace, shard: Any) -> Any:
+def _look_flag(args: argparse.Namespace, shard: Any, suite: Any) -> Any:
     """``run --look K/L [--done T,...] [--shard k/N]``: one look of a sequential gate (a wave of a
     sharded workflow; with --shard, the k-th of N slices of the look's documents)."""
     from gatekeeper.run.looks import Look
-    from gatekeeper.suite.suite import load_suite
 
     m = re.fullmatch(r"([0-9]{1,2})/([0-9]{1,2})", args.look.strip())
     if not m or not (2 <= int(m.group(2)) <= 10 and 1 <= int(m.group(1)) <= int(m.group(2))):
         raise GateError(f"--look {args.look}: expected K/L with 1 <= K <= L and 2 <= L <= 10 (e.g. 2/4)")
     done = frozenset(t.strip() for t in (args.done or "").split(",") if t.strip())
-    seed = int(load_suite(args.suite).seeds.get("random", 0) or 0)  # as gate --sequential orders the items
+    seed = int(suite.seeds.get("random", 0) or 0)  # as gate --sequential orders the items
     part = (shard.index, shard.count) if shard is not None else None
     return Look(int(m.group(1)), int(m.group(2)), seed, done, part=part)
 

@@ -229,6 +229,10 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
         raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one")
     found = _looks_in(Path(folder))
     count = found[0].info["count"]
+    seed = int(suite.seeds.get("random", 0) or 0)
+    if found[0].info["seed"] != seed:  # the suite's order, not one a run chose (which items a look sees)
+        raise GateError(f"{found[0].folder}: the looks ordered the items with seed {found[0].info['seed']}, the suite's "
+                        f"is {seed}; evaluate the looks with this suite (gatekeeper run --look K/L --suite {suite.path})")
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         stored = store.load_baseline(baseline_path)
         anchor = anchors.load_anchor(baseline_path)

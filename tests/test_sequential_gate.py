@@ -188,6 +188,16 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(wrong), cwd=tmp_path)
     assert bad.returncode == 2 and "evaluated with --done (none)" in bad.stderr, bad.stderr
 
+    # Looks ordered with another seed than the suite's (items a run chose) are refused.
+    reseeded = tmp_path / "reseeded"
+    shutil.copytree(waves / "look-1", reseeded / "look-1")
+    for manifest in reseeded.glob("look-1/*/*/gatekeeper-manifest.json"):
+        data = json.loads(manifest.read_text())
+        data["look"]["seed"] = 99
+        manifest.write_text(json.dumps(data))
+    bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(reseeded), cwd=tmp_path)
+    assert bad.returncode == 2 and "ordered the items with seed 99, the suite's is 1234" in bad.stderr, bad.stderr
+
     # A wave of another checkpoint mixed in is refused, not judged as one model.
     mixed = tmp_path / "mixed"
     shutil.copytree(waves / "look-1" / "part-1", mixed / "look-1" / "part-1")
