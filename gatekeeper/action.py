@@ -649,8 +649,6 @@ def main(env: dict[str, str] | None = None) -> int:
     _announce(job, ev)
     if job.event.name == "schedule" and ev.outcome is not None and inputs.values.get("promote-on-green"):
         _promote_on_green(job, inputs, ev)
-    if inputs.values.get("mlflow-tracking-uri") and ev.outcome is not None:
-        _log_mlflow(job, inputs, ev)
 
     # The verdict is written before GitHub is called: a hung or hostile API can then cost the
     # comment, never the report, the summary or the outputs.
@@ -667,6 +665,8 @@ def main(env: dict[str, str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a publishing bug must not change the verdict
         job.warn(f"publishing failed unexpectedly ({type(err).__name__}: {err}); the verdict stands")
         comment_url = ""
+    if inputs.values.get("mlflow-tracking-uri") and ev.outcome is not None:
+        _log_mlflow(job, inputs, ev)  # last: the report and the outputs are already written
     _write_runner_files(job, _notes_md(job.notes[noted:]), {"comment-url": comment_url}, reserve=0)
     hand_back(job)
     console.line(f"gatekeeper: {ev.verdict} (exit {code})")

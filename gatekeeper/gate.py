@@ -236,6 +236,8 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         stored = store.load_baseline(baseline_path)
         anchor = anchors.load_anchor(baseline_path)
+    _check_look_sizes(found[0], stored, baseline_path)
+
     def evaluate(k: int, done: frozenset[str]) -> list[Path]:
         parts = [p for p in found if p.info["index"] == k]
         for p in parts:
@@ -246,6 +248,16 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
 
     return _sequential_looks(suite, count, stored, anchor, policy or suite.policy, log, sequential.DEFAULT_FUTILITY,
                              evaluate)
+
+
+def _check_look_sizes(look: Any, stored: RunResults, baseline_path: Path) -> None:
+    """The looks cut each task's documents as the baseline counts them: the order and the chunks
+    are recomputed from these sizes (``merge.load_look``), so they must be the trusted ones."""
+    counts = {k.task: int(s.doc_ids.size) for k, s in stored.series.items()}
+    for task, n in sorted(look.info["items"].items()):
+        if task in counts and counts[task] != n:
+            raise GateError(f"{look.folder}: the looks cut task {task} as {n} items, the baseline {baseline_path} "
+                            f"has {counts[task]}; evaluate the looks with the suite the baseline was recorded with")
 
 
 def _looks_in(folder: Path) -> list[Any]:

@@ -165,6 +165,12 @@ class Runner:
         self.event_path.write_text(json.dumps(payload))
         self.path_prefix = path_prefix
         self.outputs: dict[str, str] = dict(context or {})  # "steps.<id>.outputs.<name>" -> value, and context
+        # The runner's temp folder: outside the checkout, emptied for every job.
+        self.temp = ws.parent / f"{ws.name}.runner-temp"
+        shutil.rmtree(self.temp, ignore_errors=True)
+        self.temp.mkdir()
+        _own(self.temp)
+        self.outputs["runner.temp"] = str(self.temp)
         self.results: list[subprocess.CompletedProcess] = []
 
     def _env(self) -> dict[str, str]:
@@ -176,7 +182,7 @@ class Runner:
             "GITHUB_RUN_ID": "777", "GITHUB_RUN_ATTEMPT": "1", "RUNNER_ENVIRONMENT": "self-hosted",
             "GITHUB_SERVER_URL": "https://github.example", "GATEKEEPER_HTTP_BACKOFF": "0.01",
             "GITHUB_STEP_SUMMARY": str(self.ws.parent / "summary.md"),
-            "GITHUB_OUTPUT": str(self.ws.parent / "output"), "PYTHONPATH": str(ROOT),
+            "GITHUB_OUTPUT": str(self.ws.parent / "output"), "PYTHONPATH": str(ROOT), "RUNNER_TEMP": str(self.temp),
             "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         })
         # the `gatekeeper` command, as the job-container image has it

@@ -101,3 +101,52 @@ def test_a_tracking_failure_is_a_warning_never_the_verdict(tmp_path: Path) -> No
     proc = _compare(tmp_path, "--mlflow", f"http://user:s3cret@127.0.0.1:{port}")
     assert proc.returncode == 1, proc.stderr
     assert "warning: could not log to MLflow" in proc.stderr and "s3cret" not in proc.stderr + proc.stdout
+
+
+def test_a_server_that_trickles_is_given_up_on_within_the_deadline(tmp_path: Path) -> None:
+    """Issue #25: a loopback server that answers one byte every second holds no gate past
+    GATEKEEPER_MLFLOW_DEADLINE (MLflow's per-request timeout does not bound it), and the report
+    is written before any logging starts."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.5)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conns = []
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+                conns.append(conn)
+            except OSError:
+                pass
+            for conn in conns:
+                try:
+                    conn.sendall(b"H")
+                except OSError:
+                    pass
+            stop.wait(1.0)
+        for conn in conns:
+            conn.close()
+
+    server = threading.Thread(target=trickle, daemon=True)
+    server.start()
+    try:
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "gatekeeper", "compare", str(DEMO_BASELINE), str(REGRESSED_RUN),
+                               "--suite", str(ROOT / "examples" / "gatekeeper.yaml"), "--json", str(tmp_path / "r.json"),
+                               "--mlflow", f"http://127.0.0.1:{listener.getsockname()[1]}"], cwd=tmp_path,
+                              env={**ENV, "GATEKEEPER_MLFLOW_DEADLINE": "4"}, capture_output=True, text=True,
+                              timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        server.join(timeout=10)
+        listener.close()
+    assert proc.returncode == 1, proc.stderr
+    assert "gave up logging to MLflow" in proc.stderr and "after 4 s" in proc.stderr, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "fail"
+    assert took < 60, took

@@ -388,3 +388,20 @@ def test_a_checkpoint_that_differs_only_in_its_shard_index_gets_its_own_cache(tm
     proc = _gate("examples/gatekeeper.yaml", "pick-regressed", ws, cache)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " 0 answered from the cache" in proc.stdout
+
+
+def test_the_trust_table_names_what_the_evaluation_keeps_and_loses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #25: docs/action.md says exactly which variables the evaluation loses (and that the
+    rest, HF_TOKEN included, stays); the MLflow credentials are out while lm-eval runs."""
+    from gatekeeper.run.environment import API_KEYS, CI_SECRETS, TRACKING_SECRETS, evaluation_env
+
+    table = (Path(__file__).resolve().parents[1] / "docs" / "action.md").read_text(encoding="utf-8")
+    named = [n for n in CI_SECRETS if not n.startswith(("INPUT_", "ACTIONS_"))] + list(TRACKING_SECRETS) + list(API_KEYS)
+    for name in named:
+        assert f"`{name}`" in table, name
+    assert "`ACTIONS_*`" in table and "`HF_TOKEN` included" in table
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "t0ken")
+    monkeypatch.setenv("HF_TOKEN", "hf")
+    with evaluation_env("hf"):
+        assert "MLFLOW_TRACKING_TOKEN" not in os.environ and os.environ["HF_TOKEN"] == "hf"
+    assert os.environ["MLFLOW_TRACKING_TOKEN"] == "t0ken"

@@ -207,6 +207,37 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(mixed), cwd=tmp_path)
     assert bad.returncode == 2 and "model_files differs" in bad.stderr, bad.stderr
 
+    # Issue #25: a look's documents are recomputed from the suite's order, never the manifest's:
+    # a look that keeps only some of them (where the candidate did not get worse), or none, is refused.
+    for name, edit in (("forged", lambda d: d[::2]), ("emptied", lambda d: [])):
+        forged = tmp_path / name
+        shutil.copytree(waves / "look-1", forged / "look-1")
+        for manifest in forged.glob("look-1/*/*/gatekeeper-manifest.json"):
+            data = json.loads(manifest.read_text())
+            data["look"]["docs"]["demo_capitals_mc"] = edit(data["look"]["docs"]["demo_capitals_mc"])
+            manifest.write_text(json.dumps(data))
+        bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(forged), cwd=tmp_path)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert "look.docs[demo_capitals_mc] are not the documents look 1/4 evaluates" in bad.stderr, bad.stderr
+
+    # A results file planted beside a wave (the base checkpoint's look renamed to look newer), or a
+    # wave's file changed after the run, is refused: the judge reads only what the manifest binds.
+    planted = tmp_path / "planted"
+    for k in (1, 2):
+        shutil.copytree(waves / f"look-{k}", planted / f"look-{k}")
+    (results,) = planted.glob("look-1/part-1/*/results_*.json")
+    fake = results.parent / "results_2099-01-01T00-00-00.000000.json"
+    shutil.copy(results, fake)
+    bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(planted), cwd=tmp_path)
+    assert bad.returncode == 2 and "results_2099-01-01T00-00-00.000000.json: not a file of this run" in bad.stderr
+    fake.unlink()
+    (samples,) = planted.glob("look-2/part-2/*/samples_demo_capitals_mc_*.jsonl")
+    samples.write_text(samples.read_text() + "\n")  # any change at all
+    bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(planted), cwd=tmp_path)
+    assert bad.returncode == 2 and "its sha256 is not the one gatekeeper-manifest.json records" in bad.stderr
+    bad = _cli("run", "--suite", str(SUITE), "--complete", str(planted), cwd=tmp_path)
+    assert bad.returncode == 2 and "its sha256 is not the one gatekeeper-manifest.json records" in bad.stderr
+
     # The waves and the rest are the whole run, item for item.
     done_run = _cli("run", "--suite", str(SUITE), "--complete", str(waves), cwd=tmp_path)
     assert done_run.returncode == 0, done_run.stderr[-2000:]

@@ -207,6 +207,26 @@ def test_merge_refuses_a_shard_of_another_suite(shards: list[Path], tmp_path: Pa
 
 
 @needs_lm_eval
+def test_merge_reads_only_the_files_each_shard_evaluated(shards: list[Path], tmp_path: Path) -> None:
+    """Issue #25: a results file planted beside a shard (the base checkpoint's, renamed to look
+    newer) is refused, never merged; so is a shard file changed after the run."""
+    copies = [tmp_path / f"s{k}" for k in (1, 2, 3)]
+    for shard, copy in zip(shards, copies, strict=True):
+        shutil.copytree(shard, copy)
+    (results,) = copies[0].glob("*/results_*.json")
+    planted = results.parent / "results_2099-01-01T00-00-00.000000.json"
+    shutil.copy(results, planted)
+    _one_line_error(_cli("merge", "--out", str(tmp_path / "m"), *(str(c) for c in copies)),
+                    r"results_2099-01-01T00-00-00.000000.json: not a file of this run")
+    planted.unlink()
+    (samples,) = [p for p in copies[1].glob("*/samples_demo_capitals_mc_*.jsonl")]
+    samples.write_text(samples.read_text() + "\n")  # any change at all
+    _one_line_error(_cli("merge", "--out", str(tmp_path / "m"), *(str(c) for c in copies)),
+                    r"samples_demo_capitals_mc_.*: its sha256 is not the one gatekeeper-manifest.json records")
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir())
+
+
+@needs_lm_eval
 def test_merge_refuses_a_whole_run(shards: list[Path], demo_run, tmp_path: Path) -> None:
     _one_line_error(_cli("merge", "--out", str(tmp_path / "m"), str(shards[0]), str(demo_run("base"))),
                     r"not a shard")

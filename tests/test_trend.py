@@ -61,6 +61,10 @@ def test_history_keeps_the_newest_entries_and_summarises_the_rest(suite) -> None
      ":2: rows[0].value is not a finite number"),
     ('{"date": 5, "event": "gate", "verdict": "pass"}', ":2: date is missing or not a string"),
     ("[1, 2]", ":2: expected an object"),
+    ('{"date": "x", "event": "gate", "verdict": "pass", "rows": [{"key": "k", "value": 0.5, "margin": NaN}]}',
+     ":2: NaN is not a finite number; gatekeeper never writes one"),
+    ('{"date": "x", "event": "gate", "verdict": "pass", "rows": [{"key": "k", "margin": 1e999}]}',
+     ":2: rows[0].margin is not a finite number"),
 ])
 def test_a_hostile_history_is_refused_naming_the_line(suite, line: str, problem: str) -> None:
     path = trend.trend_path(suite.baseline_path)

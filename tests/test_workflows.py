@@ -113,8 +113,12 @@ def test_sharded_workflow_gates_the_merged_shards_of_the_base_suite(repo, gh: Fa
         runner.job(jobs["shard"]["steps"], artifacts)
         assert not runner.failed, [p.stdout[-2000:] + p.stderr[-2000:] for p in runner.results]
     assert sorted(p.name for p in artifacts.iterdir()) == [f"gatekeeper-shard-{k}" for k in shards]
+    # Issue #25: the PR commits files where the gate job used to download the shards (a results
+    # file that names itself newer than the shard's own) and a ready-made merged run.
+    _plant(artifacts / "gatekeeper-shard-1", ws / "gatekeeper-shards" / "gatekeeper-shard-1")
+    _plant(artifacts / "gatekeeper-shard-2", ws / "gatekeeper-merged")
     gate = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, container=True,
-                  context=_pr_context(base))
+                  context={**_pr_context(base), "needs.shard.result": "success"})
     last = gate.job(jobs["gate"]["steps"], artifacts)
     assert gate.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
     assert gh.comment_bodies(PR)[0].startswith("### ❌")
@@ -145,6 +149,8 @@ def test_sharded_sequential_workflow_judges_each_wave_and_fails_at_the_second(re
             assert not runner.failed, [p.stdout[-2000:] + p.stderr[-2000:] for p in runner.results]
         judge_ws = ws.parent / f"judge-{k}"
         shutil.copytree(ws, judge_ws, symlinks=True)
+        # Issue #25: the PR's checkout holds files where the waves used to be downloaded.
+        _plant(artifacts / "gatekeeper-look-1-part-1", judge_ws / "gatekeeper-waves" / "gatekeeper-look-1-part-1")
         judge = Runner(judge_ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, container=True,
                        context=_pr_context(base))
         last = judge.job(jobs[f"judge-{k}"]["steps"], artifacts)
@@ -159,6 +165,75 @@ def test_sharded_sequential_workflow_judges_each_wave_and_fails_at_the_second(re
     assert context["needs.judge-2.outputs.next"] == ""  # look 3 is never evaluated
     bodies = gh.comment_bodies(PR)
     assert len(bodies) == 1 and bodies[0].startswith("### ❌")  # the one sticky comment, edited
+    assert context["needs.judge-1.outputs.verdict"] == "continue" and context["needs.judge-2.outputs.verdict"] == "fail"
+    final = _final(ws, {"look-1": "success", "judge-1": "success", "look-2": "success", "judge-2": "failure"},
+                   ["continue", "fail"])
+    assert final.returncode == 1 and "gatekeeper: fail" in final.stdout
+
+
+def _plant(run: Path, where: Path) -> None:
+    """What a PR commits into its checkout: a copy of a genuine run folder whose results file is
+    renamed to look newer than any real one (the name the reader used to prefer)."""
+    shutil.copytree(run, where, dirs_exist_ok=True)
+    for results in where.glob("**/results_*.json"):
+        results.rename(results.with_name("results_2099-01-01T00-00-00.000000.json"))
+
+
+_NEEDS = ["look-1", "judge-1", "look-2", "judge-2", "look-3", "judge-3", "look-4", "judge-4"]
+
+
+def _final(ws: Path, results: dict[str, str], verdicts: list[str]):
+    """sharded-sequential.yml's last job (`gate`, the required check) with the jobs before it
+    ended as ``results`` (the rest skipped) and the judges' verdicts in order."""
+    job = _jobs("sharded-sequential.yml")["gate"]
+    assert job["if"] == "always()" and job["needs"] == _NEEDS
+    context = {f"needs.{name}.result": results.get(name, "skipped") for name in _NEEDS}
+    context.update({f"needs.judge-{k}.outputs.verdict": v for k, v in enumerate(verdicts, 1)})
+    context.update({f"needs.judge-{k}.outputs.verdict": "" for k in range(len(verdicts) + 1, 5)})
+    final_ws = ws.parent / "final"
+    final_ws.mkdir(exist_ok=True)
+    runner = Runner(final_ws, "pull_request", {}, "http://127.0.0.1:9", context=context)
+    return runner.job(job["steps"], ws.parent)
+
+
+@pytest.mark.parametrize(("results", "verdicts", "passes"), [
+    ({"look-1": "success", "judge-1": "success", "look-2": "success", "judge-2": "success"},
+     ["continue", "pass"], True),
+    ({"look-1": "success", "judge-1": "success"}, ["pass"], True),
+    ({"look-1": "success", "judge-1": "success", "look-2": "failure"}, ["continue"], False),  # a wave crashed
+    ({"look-1": "failure"}, [], False),
+    ({"look-1": "success", "judge-1": "success", "look-2": "cancelled"}, ["continue"], False),
+    ({"look-1": "success", "judge-1": "failure"}, ["fail"], False),
+    ({"look-1": "success", "judge-1": "success", "look-2": "success", "judge-2": "success", "look-3": "success",
+      "judge-3": "success", "look-4": "success", "judge-4": "success"},
+     ["continue", "continue", "continue", "continue"], False),  # the last judge said continue
+    ({"look-1": "success", "judge-1": "success"}, ["drift"], False),
+])
+def test_the_required_job_of_the_sequential_workflow_passes_only_on_a_verdict(
+        tmp_path: Path, results: dict[str, str], verdicts: list[str], passes: bool) -> None:
+    home = Path(tempfile.mkdtemp(prefix="gatekeeper-wf-"))
+    home.chmod(0o755)
+    try:
+        (home / "ws").mkdir()
+        last = _final(home / "ws", results, verdicts)
+        assert (last.returncode == 0) == passes, last.stdout + last.stderr
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("result", ["failure", "cancelled", "skipped"])
+def test_the_sharded_gate_job_always_runs_and_fails_when_a_shard_did(tmp_path: Path, result: str) -> None:
+    job = _jobs("sharded.yml")["gate"]
+    assert job["if"] == "always()"
+    home = Path(tempfile.mkdtemp(prefix="gatekeeper-wf-"))
+    home.chmod(0o755)
+    try:
+        (home / "ws").mkdir()
+        runner = Runner(home / "ws", "pull_request", {}, "http://127.0.0.1:9", context={"needs.shard.result": result})
+        last = runner.job(job["steps"][:1], home)
+        assert runner.failed and last.returncode == 1 and f"a shard job ended '{result}'" in last.stdout
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_checkpoint_push_to_a_branch_is_gated_against_main(repo, gh: FakeGitHub):

@@ -175,12 +175,23 @@ def _fold(summary: dict[str, Any], old: list[TrendEntry]) -> dict[str, Any]:
 
 def _json_line(path: Path, n: int, line: str) -> dict[str, Any]:
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_constant=_no_constant)
+    except _NotFinite as exc:
+        raise GateError(f"{path}:{n}: {exc} is not a finite number; gatekeeper never writes one (fix or delete "
+                        "the line, or gate with --no-history)") from None
     except ValueError as exc:
         raise GateError(f"{path}:{n}: not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise GateError(f"{path}:{n}: expected an object")
     return value
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotFinite(name)  # NaN, Infinity, -Infinity: json.loads takes them, a history never holds them
 
 
 _ENTRY_TYPES = {f.name: f.type for f in fields(TrendEntry)}
@@ -212,8 +223,9 @@ def _row(where: str, i: int, r: Any) -> TrendRow:
         v = r.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
             raise GateError(f"{where}: rows[{i}].{name} is not a finite number")
-    if isinstance(r.get("margin"), bool) or not isinstance(r.get("margin", 0.0), (int, float)):
-        raise GateError(f"{where}: rows[{i}].margin is not a number")
+    margin = r.get("margin", 0.0)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin):
+        raise GateError(f"{where}: rows[{i}].margin is not a finite number")
     for name in ("verdict", "anchor_verdict"):
         if not isinstance(r.get(name, ""), str):
             raise GateError(f"{where}: rows[{i}].{name} is not a string")

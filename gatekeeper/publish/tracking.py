@@ -13,7 +13,9 @@ one run into the experiment ``gatekeeper/<suite>``:
 
 MLflow is an optional extra (``gatekeeper-eval[mlflow]``: mlflow-skinny), imported only here and
 only when asked. The default URI is a local ``mlruns/`` file store: offline, nothing to start.
-A failure to log is a warning; it never changes the verdict or the exit code.
+A failure to log is a warning; it never changes the verdict or the exit code, and all logging of
+one gate ends within one deadline (``GATEKEEPER_MLFLOW_DEADLINE`` seconds, default 60), after the
+report and the outputs are written.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import math
 import os
 import re
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DEFAULT_URI = "mlruns"
+DEADLINE_ENV = "GATEKEEPER_MLFLOW_DEADLINE"
+DEFAULT_DEADLINE_S = 60.0
 _NAME_SAFE = re.compile(r"[^A-Za-z0-9_\-. /]")  # MLflow's allowed characters in metric/param names
 
 
@@ -67,11 +72,34 @@ def log_gate(uri: str | None, report_json: dict[str, Any], markdown: str, *, eve
     for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                         ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):
         os.environ.setdefault(name, value)
+    limit = deadline()
+    done: list[Logged] = []
+
+    def work() -> None:
+        try:
+            done.append(_log(mlflow, target, report_json, markdown, event=event, commit=commit, model=model))
+        except Exception as err:  # noqa: BLE001 - any tracking failure is a warning, never the verdict
+            done.append(Logged(False, uri=_redact(target), message=f"could not log to MLflow at {_redact(target)}: "
+                               f"{type(err).__name__}: {_redact(str(err))[:300]}"))
+
+    # One deadline over every request: MLflow's per-request timeout does not bound a server that
+    # trickles bytes. A daemon thread past the deadline is left behind; the process exits anyway.
+    worker = threading.Thread(target=work, name="gatekeeper-mlflow", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if not done:
+        return Logged(False, uri=_redact(target), message=f"gave up logging to MLflow at {_redact(target)} after "
+                      f"{limit:g} s ({DEADLINE_ENV}); the verdict stands")
+    return done[0]
+
+
+def deadline() -> float:
+    """Seconds all MLflow logging of one gate may take (``GATEKEEPER_MLFLOW_DEADLINE``, default 60)."""
     try:
-        return _log(mlflow, target, report_json, markdown, event=event, commit=commit, model=model)
-    except Exception as err:  # noqa: BLE001 - any tracking failure is a warning, never the verdict
-        return Logged(False, uri=_redact(target), message=f"could not log to MLflow at {_redact(target)}: "
-                      f"{type(err).__name__}: {_redact(str(err))[:300]}")
+        value = float(os.environ.get(DEADLINE_ENV) or DEFAULT_DEADLINE_S)
+    except ValueError:
+        return DEFAULT_DEADLINE_S
+    return value if math.isfinite(value) and value > 0 else DEFAULT_DEADLINE_S
 
 
 def _log(mlflow: Any, uri: str, report_json: dict[str, Any], markdown: str, *, event: str,

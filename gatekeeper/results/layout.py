@@ -7,17 +7,29 @@
 ``find_results_file`` accepts DIR (lm-eval's ``--output_path`` or ``gatekeeper run --out``), the
 model subfolder, one results file, or a folder one level above DIR holding a single run, and
 refuses to guess between two runs.
+
+A folder written by ``gatekeeper run`` (it holds a manifest) is bound to its files: the
+manifest names the results file and every samples file, and no other run file may sit beside
+them (``bound_files``). A shard or a look (a part of a run, judged or merged on another job)
+also records each file's sha256, which must match: a file planted in the folder, or one changed
+after the run, is an error naming it, never read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from gatekeeper.errors import GateError
+from gatekeeper.files import TooLarge, read_limited
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
+# A manifest lists each look's documents: some MB for a 100k-item suite, never hundreds.
+MAX_MANIFEST_BYTES = 64 << 20
 # lm-eval: datetime.now().isoformat().replace(":", "-"), e.g. 2026-11-30T01-57-33.954527
 _TS = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
 RESULTS_RE = re.compile(rf"^(?P<stem>.+)_(?P<ts>{_TS})\.json$")
@@ -65,6 +77,9 @@ def find_results_file(path: Path) -> tuple[Path, list[str]]:
                 f"{path}: this is an lm-eval samples file; pass the run's results_<timestamp>.json "
                 "or its output folder instead"
             )
+        bound = bound_files(path.parent)
+        if bound is not None and bound != path:
+            raise GateError(f"{path}: not the results file of this run (its {MANIFEST_NAME} names {bound.name})")
         return path, []
     if not path.is_dir():
         raise GateError(f"{path}: not a file or directory")
@@ -72,6 +87,9 @@ def find_results_file(path: Path) -> tuple[Path, list[str]]:
         if not any(path.iterdir()):
             raise GateError(f"{path}: directory is empty (expected lm-eval --output_path output)")
         folder, notes = _results_folder(path)
+        bound = bound_files(folder)
+        if bound is not None:
+            return bound, notes
         files = _results_files(folder)
     except OSError as exc:  # an unreadable subfolder, or one removed while looking
         raise GateError(f"{exc.filename or path}: cannot read directory ({exc.strerror})") from None
@@ -118,3 +136,92 @@ def samples_path(results_file: Path, task: str) -> Path:
             "(lm-eval names it results_<timestamp>.json)"
         )
     return results_file.parent / f"samples_{task}_{ts.group('ts')}.jsonl"
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The run manifest in ``folder`` (None when there is none); one-line error when unreadable."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        data = json.loads(read_limited(path, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except TooLarge:
+        raise GateError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a run manifest") from None
+    except OSError as exc:
+        raise GateError(f"{path}: cannot read ({exc.strerror})") from None
+    except (ValueError, RecursionError):
+        raise GateError(f"{path}: not a readable JSON manifest (edited, or not written by gatekeeper?)") from None
+    if not isinstance(data, dict):
+        raise GateError(f"{path}: expected a JSON object (a gatekeeper run manifest)")
+    return data
+
+
+def is_part(manifest: dict[str, Any]) -> bool:
+    """A shard or a look: part of a run, carried between jobs."""
+    return isinstance(manifest.get("shard"), dict) or isinstance(manifest.get("look"), dict)
+
+
+def bound_files(folder: Path) -> Path | None:
+    """The results file the manifest in ``folder`` names, after checking that the folder holds no
+    other run file and, for a shard or a look, that every file's sha256 is the manifest's. None
+    when ``folder`` has no manifest naming its files (lm-eval's own output)."""
+    manifest = read_manifest(folder)
+    if manifest is None or manifest.get("results_file") is None:
+        return None
+    path = Path(folder) / MANIFEST_NAME
+    named = _named_files(path, manifest)
+    for entry in sorted(Path(folder).iterdir()):
+        if _is_run_file(entry.name) and entry.name not in named:
+            raise GateError(f"{entry}: not a file of this run (its {MANIFEST_NAME} names {manifest['results_file']}); "
+                            "a file beside a run is never read: remove it, or evaluate into an empty folder")
+    for name in named:
+        if not (Path(folder) / name).is_file() or (Path(folder) / name).is_symlink():
+            raise GateError(f"{Path(folder) / name}: named by {path} but missing (or not a plain file); re-run it")
+    if is_part(manifest):
+        _check_digests(path, manifest, named)
+    return Path(folder) / manifest["results_file"]
+
+
+def _check_digests(path: Path, manifest: dict[str, Any], named: set[str]) -> None:
+    """A part's files are the ones it evaluated: each sha256 as its manifest records it. (A whole
+    run is not checked here: every aggregate is recomputed from its samples, and its folder is the
+    job's own.)"""
+    folder = path.parent
+    digests = manifest.get("files")
+    if digests is None:
+        raise GateError(f"{path}: a shard or look without the sha256 of its files (written by an older gatekeeper); "
+                        "re-run it")
+    if not (isinstance(digests, dict) and set(digests) == named
+            and all(isinstance(v, str) and len(v) == 64 for v in digests.values())):
+        raise GateError(f"{path}: files is not the sha256 of exactly the results and samples files it names "
+                        "(edited, or not written by gatekeeper run?)")
+    for name in sorted(named):
+        try:
+            digest = sha256_file(folder / name)
+        except OSError as exc:
+            raise GateError(f"{folder / name}: cannot read ({exc.strerror})") from None
+        if digest != digests[name]:
+            raise GateError(f"{folder / name}: its sha256 is not the one {MANIFEST_NAME} records "
+                            "(changed after the run); re-run it")
+
+
+def _named_files(path: Path, manifest: dict[str, Any]) -> set[str]:
+    results_name, samples = manifest.get("results_file"), manifest.get("samples_files")
+    names = [results_name, *(samples.values() if isinstance(samples, dict) else [None])]
+    if not all(isinstance(n, str) and _is_run_file(n) and "/" not in n and "\\" not in n for n in names):
+        raise GateError(f"{path}: results_file and samples_files must name this folder's results_<ts>.json and "
+                        "samples_<task>_<ts>.jsonl files (edited, or not written by gatekeeper run?)")
+    return set(names)
+
+
+def _is_run_file(name: str) -> bool:
+    """A file the reader could take for part of a run: a timestamped results or samples file."""
+    return (name.startswith("samples_") and name.endswith(".jsonl")) or _timestamp(name) is not None
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

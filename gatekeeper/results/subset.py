@@ -30,7 +30,12 @@ def join(runs: list[RunResults], new_docs: list[dict[str, list[int]]]) -> RunRes
             s = run.series.get(key)
             if s is None:
                 raise GateError(f"{run.provenance.source}: look has no {key}, the first look had it")
-            parts.append(_take(s, np.isin(s.doc_ids, np.asarray(new.get(key.task, []), dtype=np.int64))))
+            wanted = np.asarray(new.get(key.task, []), dtype=np.int64)
+            keep = np.isin(s.doc_ids, wanted)
+            if int(np.count_nonzero(keep)) != np.unique(wanted).size:
+                raise GateError(f"{run.provenance.source}: {key} holds {int(np.count_nonzero(keep))} of the "
+                                f"{np.unique(wanted).size} documents its manifest says the look added; re-run the look")
+            parts.append(_take(s, keep))
         series[key] = _concat(parts)
     counts = {t: sum(len(new.get(t, [])) for new in new_docs) for t in {k.task for k in series}}
     return replace(first, series=series, provenance=_with_counts(first, counts), groups={}, snippets=_snippets(runs))

@@ -15,14 +15,13 @@ a relative path is read from the current folder, so complete from where the gate
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gatekeeper.errors import GateError
-from gatekeeper.results.layout import MANIFEST_NAME, find_results_file
+from gatekeeper.results.layout import MANIFEST_NAME, read_manifest
 from gatekeeper.run import looks as lookmod
 from gatekeeper.run import merge, runner
 from gatekeeper.suite.suite import Suite
@@ -43,10 +42,7 @@ def look_folders(folder: Path, *, rest: bool = False) -> list[Path]:
         dirs[:] = sorted(d for d in dirs if depth < 3 and d != COMPLETE and not (Path(here) / d).is_symlink())
         if MANIFEST_NAME not in files or Path(here, MANIFEST_NAME).is_symlink():
             continue
-        try:
-            look = json.loads(Path(here, MANIFEST_NAME).read_text(encoding="utf-8")).get("look")
-        except (OSError, ValueError, RecursionError, AttributeError):
-            raise GateError(f"{Path(here, MANIFEST_NAME)}: not a readable run manifest") from None
+        look = (read_manifest(Path(here)) or {}).get("look")
         if isinstance(look, dict) and (rest or not look.get("rest")):
             index, part = look.get("index"), look.get("part")
             k = part[0] if isinstance(part, list) and part and isinstance(part[0], int) else 1
@@ -57,18 +53,6 @@ def look_folders(folder: Path, *, rest: bool = False) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
-    results_file, _ = find_results_file(folder)
-    try:
-        manifest = json.loads((results_file.parent / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        raise GateError(f"{results_file.parent / MANIFEST_NAME}: not a readable run manifest") from None
-    look = manifest.get("look") if isinstance(manifest, dict) else None
-    if not isinstance(look, dict) or not isinstance(look.get("docs"), dict) or not isinstance(look.get("items"), dict):
-        raise GateError(f"{folder}: not a look of a sequential gate (its manifest has no look.docs)")
-    return manifest
-
-
 def complete(folder: Path, suite: Suite, *, device: str | None = None, log: Callable[[str], Any] = print) -> Path:
     """Evaluate what the sequential gate in ``folder`` skipped and write the whole run; returns
     its folder (``folder/complete/<model>``)."""
@@ -77,15 +61,15 @@ def complete(folder: Path, suite: Suite, *, device: str | None = None, log: Call
     target = folder / COMPLETE
     if target.exists():
         raise GateError(f"{target}: already exists; this gate was completed (remove the folder to complete it again)")
-    manifests = [_manifest(p) for p in parts]
-    first = manifests[0]
+    loaded = [merge.load_look(p) for p in parts]  # each bound to its files, its documents recomputed
+    first = loaded[0].manifest
     if first.get("suite_hash") != suite.hash:
         raise GateError(f"{parts[0]}: the looks ran suite hash {str(first.get('suite_hash'))[:12]}, "
                         f"{suite.path} is {suite.hash[:12]}; complete with the suite the gate ran")
     info = first["look"]
     seen: dict[str, list[int]] = {}
-    for m in manifests:
-        for task, docs in m["look"]["docs"].items():
+    for part in loaded:
+        for task, docs in part.info["docs"].items():
             seen.setdefault(task, []).extend(int(d) for d in docs)
     rest = lookmod.rest(info["items"], seen)
     rest_dir = folder / REST
@@ -99,9 +83,9 @@ def complete(folder: Path, suite: Suite, *, device: str | None = None, log: Call
     if first.get("model_path") and not Path(model).expanduser().is_dir():
         raise GateError(f"{parts[0]}: the looks evaluated {model}, which is not there from {Path.cwd()}; "
                         "run `gatekeeper run --complete` from the folder the gate ran in")
-    done = parts
     if left:
         look = lookmod.Look(int(info["count"]) + 1, int(info["count"]), int(info["seed"]), docs=rest)
-        done = [*parts, runner.run_suite(suite, model, rest_dir, revision=first.get("revision"), device=device,
-                                         log=log, look=look)]
-    return merge.merge_looks(done, target)
+        rest_run = runner.run_suite(suite, model, rest_dir, revision=first.get("revision"), device=device,
+                                    log=log, look=look)
+        loaded.append(merge.load_look(rest_run))
+    return merge.join_looks(loaded, target)

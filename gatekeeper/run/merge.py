@@ -43,9 +43,10 @@ import numpy as np
 from gatekeeper.errors import GateError
 from gatekeeper.model import is_int
 from gatekeeper.results import reader as results
-from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, samples_path
+from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, read_manifest, samples_path
 from gatekeeper.results.metrics import kind_for
-from gatekeeper.run.runner import check_output  # torch-free: runner imports lm-eval lazily
+from gatekeeper.run import looks as lookmod
+from gatekeeper.run.runner import check_output, run_file_digests  # torch-free: runner imports lm-eval lazily
 from gatekeeper.run.shard import MAX_SHARDS
 from gatekeeper.text import short
 
@@ -106,7 +107,11 @@ def merge_shards(shard_dirs: list[Path], out_dir: Path) -> Path:
 def merge_looks(look_dirs: list[Path], out_dir: Path) -> Path:
     """The looks of one sequential gate and the rest (``run --complete``) as one whole run under
     ``out_dir``, item for item the run an unsequenced ``gatekeeper run`` writes."""
-    looks = [load_look(Path(d)) for d in look_dirs]
+    return join_looks([load_look(Path(d)) for d in look_dirs], out_dir)
+
+
+def join_looks(looks: list[ShardRun], out_dir: Path) -> Path:
+    """``merge_looks`` on looks already read with ``load_look``."""
     if not looks:
         raise GateError("run --complete: no look folders to join")
     _check_looks(looks)
@@ -143,6 +148,7 @@ def _write(shards: list[ShardRun], data: dict[str, Any], lines: dict[str, list[s
             (folder / samples[task]).write_text("".join(task_lines), encoding="utf-8")
         results_file.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
         manifest = _merged_manifest(shards, results_file.name, samples)
+        manifest["files"] = run_file_digests(folder, [results_file, *(folder / n for n in samples.values())])
         (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
                                             encoding="utf-8")
         results.load_run(folder)  # the gate must be able to read what we wrote: recomputes everything
@@ -160,16 +166,13 @@ def _write(shards: list[ShardRun], data: dict[str, Any], lines: dict[str, list[s
 
 
 def _load_shard(folder: Path) -> ShardRun:
-    results_file, _ = find_results_file(folder)
+    results_file, _ = find_results_file(folder)  # the manifest's own files (results/layout.bound_files)
     results.load_run(results_file)  # internally consistent: aggregates, hashes, counts
     data = json.loads(results_file.read_text(encoding="utf-8"))
     manifest_path = results_file.parent / MANIFEST_NAME
-    if not manifest_path.is_file():
+    manifest = read_manifest(results_file.parent)
+    if manifest is None:
         raise GateError(f"{folder}: no {MANIFEST_NAME}; merge takes folders written by `gatekeeper run --shard K/N`")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        raise GateError(f"{manifest_path}: not a readable JSON manifest; re-run this shard") from None
     info = manifest.get("shard") if isinstance(manifest, dict) else None
     if not isinstance(info, dict) or not all(k in info for k in ("index", "count", "docs", "items", "groups")):
         raise GateError(f"{folder}: not a shard (its manifest has no 'shard'); "
@@ -182,12 +185,9 @@ def _load_shard(folder: Path) -> ShardRun:
 
 def load_look(folder: Path) -> ShardRun:
     """One look of a sequential gate (or a part of one), its manifest checked against its run."""
-    results_file, _ = find_results_file(folder)
+    results_file, _ = find_results_file(folder)  # the manifest's own files (results/layout.bound_files)
     manifest_path = results_file.parent / MANIFEST_NAME
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        raise GateError(f"{manifest_path}: not a readable JSON manifest of a sequential gate's look") from None
+    manifest = read_manifest(results_file.parent)
     info = manifest.get("look") if isinstance(manifest, dict) else None
     if not isinstance(info, dict) or not all(k in info for k in ("index", "count", "seed", "docs", "items",
                                                                  "groups", "limit")):
@@ -220,22 +220,54 @@ def _look_problem(info: dict[str, Any], data: dict[str, Any]) -> str | None:
         return f"part is {short(part)}, expected [k, N] with 1 <= k <= N"
     if not (isinstance(done, list) and all(isinstance(t, str) and t in items for t in done)):
         return f"done is {short(done)}, expected task names of the run"
+    if not is_int(info["seed"]):
+        return f"seed is {short(info['seed'])}, expected the suite's integer seed"
+    rest = info.get("rest")
+    if rest not in (None, False, True) or bool(rest) != (info["index"] == info["count"] + 1):
+        return f"rest is {short(rest)} at index {info['index']}, expected true only for run --complete's index count + 1"
+    return None if rest else _docs_problem(info)
+
+
+def _docs_problem(info: dict[str, Any]) -> str | None:
+    """A look's documents are not the manifest's to choose: they are recomputed from the seeded
+    order, the look plan and the tasks already stopped (``run/looks.py``), so a look cannot keep
+    only the items where the candidate did well."""
+    part = info.get("part")
+    look = lookmod.Look(info["index"], info["count"], info["seed"], done=frozenset(info.get("done") or ()),
+                        part=tuple(part) if part else None)
+    if set(info["docs"]) != set(info["items"]):
+        return f"docs names {len(info['docs'])} tasks, expected the run's {len(info['items'])}"
+    for task, size in sorted(info["items"].items()):
+        if info["docs"][task] != lookmod.chunk(task, size, look):
+            return (f"docs[{task}] are not the documents look {info['index']}/{info['count']} evaluates "
+                    f"in the order of seed {info['seed']}")
     return None
 
 
 def _check_looks(looks: list[ShardRun]) -> None:
     first = looks[0]
     for s in looks[1:]:
-        for key in ("count", "seed"):
+        for key in ("count", "seed", "items"):
             if s.info[key] != first.info[key]:
                 raise GateError(f"{s.folder}: look {key} differs from {first.folder}'s; "
                                 "join the looks of one sequential gate")
-    seen: dict[tuple[int, int], Path] = {}
+    seen: dict[str, list[int]] = {}
+    for s in looks:
+        if not s.info.get("rest"):
+            for task, docs in s.info["docs"].items():
+                seen.setdefault(task, []).extend(docs)
+    expected = lookmod.rest(first.info["items"], seen)
+    for s in looks:
+        if s.info.get("rest") and {t: sorted(d) for t, d in s.info["docs"].items() if d} != \
+                {t: d for t, d in expected.items() if d}:
+            raise GateError(f"{s.folder / MANIFEST_NAME}: look.docs of the rest are not the documents the looks "
+                            "skipped (edited, or not written by `gatekeeper run --complete`?)")
+    given: dict[tuple[int, int], Path] = {}
     for s in looks:
         k = (s.info["index"], (s.info.get("part") or [1])[0])
-        if k in seen:
-            raise GateError(f"{s.folder}: {s.name} given twice (also {seen[k]})")
-        seen[k] = s.folder
+        if k in given:
+            raise GateError(f"{s.folder}: {s.name} given twice (also {given[k]})")
+        given[k] = s.folder
     looks.sort(key=lambda s: (s.info["index"], (s.info.get("part") or [1])[0]))
 
 
@@ -488,7 +520,8 @@ def _merged_manifest(shards: list[ShardRun], results_name: str, samples: dict[st
     manifest.pop("shard", None)
     manifest.pop("look", None)
     manifest["merged_from"] = [
-        {s.kind: s.name.partition(" ")[2] if s.name.startswith(s.kind) else s.name, "folder": str(s.folder),
+        {s.kind: "rest" if s.kind == "look" and s.info.get("rest") else f"{s.info['index']}/{s.info['count']}",
+         "part": s.info.get("part") if s.kind == "look" else None, "folder": str(s.folder),
          "docs": s.info["docs"],
          "device": s.manifest.get("device"), "hardware": s.manifest.get("hardware"),
          "start": s.manifest.get("start"), "end": s.manifest.get("end"),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -40,7 +39,7 @@ from typing import Any
 from gatekeeper import __version__
 from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
-from gatekeeper.results import taskindex
+from gatekeeper.results import layout, taskindex
 from gatekeeper.results.layout import MANIFEST_NAME
 from gatekeeper.run import backends, cache, hardware, looks, packages
 from gatekeeper.run import progress as progress_lines
@@ -89,6 +88,9 @@ class RunManifest:
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     results_file: str | None = None
     samples_files: dict[str, str] = field(default_factory=dict)
+    # sha256 of the results file and each samples file, by name: a shard or look carried to
+    # another job is read only as it was written (results/layout.bound_files).
+    files: dict[str, str] = field(default_factory=dict)
     # ``run --shard K/N``: which documents this run covers (``shard_manifest``); None when whole.
     shard: dict[str, Any] | None = None
     # A look of ``gate --sequential``: its index, count, seed and new documents (``look_manifest``).
@@ -236,6 +238,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             wall_seconds=round(time.perf_counter() - t0, 3),
             results_file=results.name,
             samples_files={t: p.name for t, p in _samples_files(produced, results).items()},
+            files=run_file_digests(produced, [results, *_samples_files(produced, results).values()]),
             shard=picked,
             look=looked,
             model_load_seconds=_LOADED.pop("seconds", None),
@@ -983,14 +986,15 @@ def _redact_results(results_file: Path) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        return layout.sha256_file(path)
     except OSError as exc:
         raise GateError(f"{path}: cannot read model file ({exc.strerror})") from None
-    return h.hexdigest()
+
+
+def run_file_digests(folder: Path, paths: Sequence[Path]) -> dict[str, str]:
+    """{name: sha256} of a run's results and samples files (the manifest's ``files``)."""
+    return {p.name: layout.sha256_file(folder / p.name) for p in sorted(paths)}
 
 
 def _hub_files(model: str, revision: str | None) -> dict[str, str]:
