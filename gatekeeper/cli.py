@@ -305,6 +305,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if args.record_missing or args.out or args.revision or args.device:
             raise GateError("gate --run: --record-missing, --out, --revision and --device apply only to "
                             "--model; record a baseline with `gatekeeper baseline record RUN_DIR --suite ...`")
+        if args.looks:
+            raise GateError("gate --run: --looks goes with --sequential (judging a folder of looks); a whole run "
+                            "has no looks")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
             result = gate_run(suite.path, args.run, baseline=base_baseline or args.baseline,
                               history=_keeps_history(args), commit=_commit())
@@ -322,7 +325,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
             looks = args.looks or suite.policy.sequential_looks
             # The suite's policy.sequential turns it on; recording a first baseline needs a whole run.
-            if args.sequential or (suite.policy.sequential_looks and not args.record_missing):
+            sequential = args.sequential or (suite.policy.sequential_looks and not args.record_missing)
+            if args.looks and not sequential:
+                raise GateError("gate: --looks goes with --sequential (or a suite with policy.sequential); "
+                                + ("--record-missing evaluates every item" if args.record_missing
+                                   else "without it every item is evaluated at once"))
+            if sequential:
                 if args.record_missing:
                     raise GateError("gate --sequential: --record-missing does not apply (a sequential gate "
                                     "evaluates a sample of the items; record the baseline from a whole run)")

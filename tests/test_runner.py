@@ -214,6 +214,19 @@ def test_missing_model_path(tmp_path, suite) -> None:
     assert runner.check_model("EleutherAI/pythia-14m") is None  # a plausible hub id passes
 
 
+def test_a_relative_model_path_with_a_typo_is_not_taken_for_a_hub_id(tmp_path, monkeypatch) -> None:
+    """Issue #27: ``checkpoints/regresed`` where ``checkpoints/`` exists is a path not found (now,
+    naming the folder it was resolved against), never a hub lookup; an existing relative folder
+    is a local model from any working directory."""
+    (tmp_path / "checkpoints" / "next").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "next" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(GateError, match=f"checkpoints/nxet: model path not found under {tmp_path}"):
+        runner.check_model("checkpoints/nxet")
+    assert runner.check_model("checkpoints/next") == Path("checkpoints/next")
+    assert runner.check_model("org/model") is None  # no folder org/ here: a hub id
+
+
 def test_wrong_lm_eval_version(tiny_model, tmp_path) -> None:
     suite = _suite(tmp_path / "s", version="0.4.99")
     out = tmp_path / "out"

@@ -24,6 +24,7 @@ from gatekeeper import gate
 from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
+from gatekeeper.run.looks import Look, chunk
 from gatekeeper.suite.suite import load_suite
 from tests.demo_runs import lm_eval_installed
 
@@ -121,6 +122,11 @@ def test_sequential_flags_that_do_not_fit_are_refused(tmp_path: Path) -> None:
             args += ["--model", str(ROOT / "examples" / "checkpoints" / "base")]
         proc = subprocess.run(args, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    # --looks means nothing without --sequential (issue #27): refused, never ignored.
+    for extra in (["--model", str(ROOT / "examples" / "checkpoints" / "base")], ["--run", str(tmp_path)]):
+        proc = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--looks", "3",
+                               *extra], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "--looks goes with --sequential" in proc.stderr, proc.stderr
 
 
 def test_complete_refuses_what_is_not_a_stopped_gate(tmp_path: Path) -> None:
@@ -193,7 +199,10 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     shutil.copytree(waves / "look-1", reseeded / "look-1")
     for manifest in reseeded.glob("look-1/*/*/gatekeeper-manifest.json"):
         data = json.loads(manifest.read_text())
-        data["look"]["seed"] = 99
+        data["look"]["seed"] = 99  # and the documents that seed's order gives, as such a run records them
+        part = data["look"]["part"]
+        look = Look(1, 4, 99, part=tuple(part) if part else None)
+        data["look"]["docs"] = {t: chunk(t, n, look) for t, n in data["look"]["items"].items()}
         manifest.write_text(json.dumps(data))
     bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(reseeded), cwd=tmp_path)
     assert bad.returncode == 2 and "ordered the items with seed 99, the suite's is 1234" in bad.stderr, bad.stderr
@@ -219,6 +228,19 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
         bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(forged), cwd=tmp_path)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
         assert "look.docs[demo_capitals_mc] are not the documents look 1/4 evaluates" in bad.stderr, bad.stderr
+
+    # Every malformed look manifest is one line, exit 2 (never an internal error).
+    for field, value in (("docs", "all"), ("items", {"demo_capitals_mc": "200"}), ("part", [3, 2]),
+                         ("index", "1"), ("done", ["no_such_task"]), ("seed", 1.5), ("rest", "yes")):
+        broken = tmp_path / f"broken-{field}"
+        shutil.copytree(waves / "look-1", broken / "look-1")
+        for manifest in broken.glob("look-1/*/*/gatekeeper-manifest.json"):
+            data = json.loads(manifest.read_text())
+            data["look"][field] = value
+            manifest.write_text(json.dumps(data))
+        bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(broken), cwd=tmp_path)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (field, bad.stderr)
+        assert "internal error" not in bad.stderr and "gatekeeper-manifest.json" in bad.stderr, (field, bad.stderr)
 
     # A results file planted beside a wave (the base checkpoint's look renamed to look newer), or a
     # wave's file changed after the run, is refused: the judge reads only what the manifest binds.

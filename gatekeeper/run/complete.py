@@ -43,7 +43,7 @@ def look_folders(folder: Path, *, rest: bool = False) -> list[Path]:
         if MANIFEST_NAME not in files or Path(here, MANIFEST_NAME).is_symlink():
             continue
         look = (read_manifest(Path(here)) or {}).get("look")
-        if isinstance(look, dict) and (rest or not look.get("rest")):
+        if isinstance(look, dict) and (rest or look.get("rest") is not True):
             index, part = look.get("index"), look.get("part")
             k = part[0] if isinstance(part, list) and part and isinstance(part[0], int) else 1
             found.append(((index if isinstance(index, int) else 0, k), Path(here)))

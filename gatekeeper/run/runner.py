@@ -54,7 +54,6 @@ from gatekeeper.suite.suite import Suite, local_data_files
 from gatekeeper.text import redact, redact_url
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 Log = Callable[[str], Any]
@@ -176,10 +175,9 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
     lm_eval_version = check_lm_eval(suite)
     settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
     backends.check_available(settings.backend.name, str(suite.path))
+    # A local model needs no network, and gatekeeper never switches it off: a bundled task's
+    # dataset comes from the hub (or from the HF cache where the user set HF_DATASETS_OFFLINE).
     local = check_model(model)
-    if local is not None:
-        for var in OFFLINE_VARS:  # a local model needs no network; the user's env wins
-            os.environ.setdefault(var, "1")
     target = out_dir / _sanitize_model_name(model)
     check_output(out_dir, target)
     if not sys.stderr.isatty():
@@ -287,9 +285,14 @@ def check_model(model: str) -> Path | None:
         return path
     if path.exists():
         raise GateError(f"{model}: is a file; --model takes a checkpoint directory or a hub id")
-    looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
+    # "checkpoints/next" is also the shape of a hub id: it is a path when its first folder is here
+    # (a typo in the last part), so the user hears "not found" now, not a hub error a minute later.
+    first = model.split("/", 1)[0]
+    looks_like_path = (model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
+                       or ("/" in model and Path(first).expanduser().is_dir()))
     if looks_like_path or not _HUB_ID.match(model) or ".." in model or "--" in model:
-        raise GateError(f"{model}: model path not found (and not a Hugging Face model id)")
+        where = "" if path.is_absolute() else f" under {Path.cwd()}"
+        raise GateError(f"{model}: model path not found{where} (and not a Hugging Face model id)")
     return None
 
 

@@ -1,0 +1,179 @@
+"""A loopback stand-in for the Hugging Face hub's dataset API, enough for ``datasets.load_dataset``
+(through huggingface_hub's ``HfApi`` and ``HfFileSystem``) with ``HF_ENDPOINT`` pointing here.
+
+It serves the files of local folders as dataset repositories, one commit each:
+
+- ``GET /api/datasets/{repo}[/revision/{rev}]``: the repository's info (sha, siblings);
+- ``GET /api/datasets/{repo}/tree/{rev}[/{path}]``: a folder listing (``recursive`` too);
+- ``POST /api/datasets/{repo}/paths-info/{rev}``: the entries of the paths asked for;
+- ``HEAD|GET /datasets/{repo}/resolve/{rev}/{path}``: a file, with the commit and ETag headers the
+  client checks, and byte ranges.
+
+Anything else is a 404 with the hub's error header, and every request is recorded (``requests``),
+so a test can show that the data came from here and nothing asked for a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+
+class Hub:
+    """``Hub({"org/name": folder}).start()``; ``url`` for HF_ENDPOINT; ``stop()`` when done."""
+
+    def __init__(self, repos: dict[str, Path]) -> None:
+        self.repos = {name: Path(folder) for name, folder in repos.items()}
+        self.requests: list[tuple[str, str]] = []
+        self.sha = {name: hashlib.sha1(name.encode()).hexdigest() for name in self.repos}  # one commit each
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> Hub:
+        hub = self
+
+        class Handler(_Handler):
+            pass
+
+        Handler.hub = hub
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # -- what the handler answers
+
+    def files(self, repo: str) -> list[Path]:
+        root = self.repos[repo]
+        return sorted(p for p in root.rglob("*") if p.is_file())
+
+    def entry(self, repo: str, path: Path) -> dict[str, Any]:
+        rel = path.relative_to(self.repos[repo]).as_posix()
+        if path.is_dir():
+            return {"type": "directory", "path": rel, "oid": hashlib.sha1(rel.encode()).hexdigest(), "size": 0}
+        data = path.read_bytes()
+        return {"type": "file", "path": rel, "size": len(data), "oid": _git_oid(data)}
+
+    def info(self, repo: str) -> dict[str, Any]:
+        return {"_id": self.sha[repo][:24], "id": repo, "author": repo.split("/")[0], "sha": self.sha[repo],
+                "private": False, "gated": False, "disabled": False, "downloads": 0, "likes": 0, "tags": [],
+                "lastModified": "2026-12-01T00:00:00.000Z", "createdAt": "2026-12-01T00:00:00.000Z",
+                "cardData": {}, "siblings": [{"rfilename": p.relative_to(self.repos[repo]).as_posix()}
+                                             for p in self.files(repo)]}
+
+
+def _git_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: Hub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet: the test reads hub.requests
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(body=False)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer(body=True)
+
+    def _answer(self, body: bool) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        self.hub.requests.append((self.command, self.path))
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["api", "datasets"] and len(parts) >= 4:
+            repo = "/".join(parts[2:4])
+            if repo in self.hub.repos:
+                return self._api(repo, parts[4:], parse_qs(url.query), body)
+        if parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":
+            repo = "/".join(parts[1:3])
+            if repo in self.hub.repos:
+                return self._file(repo, "/".join(parts[5:]), body)
+        self._error(404, "RepoNotFound", f"{path}: not on this hub")
+
+    def _api(self, repo: str, rest: list[str], query: dict[str, list[str]], body: bool) -> None:
+        root = self.hub.repos[repo]
+        if not rest or rest[0] == "revision":
+            return self._json(self.hub.info(repo), body)
+        if rest[0] == "tree" and len(rest) >= 2:
+            folder = root.joinpath(*rest[2:]) if len(rest) > 2 else root
+            if not folder.is_dir():
+                return self._error(404, "EntryNotFound", f"{'/'.join(rest[2:])}: no such folder")
+            recursive = query.get("recursive", ["false"])[0].lower() == "true"
+            found = sorted(folder.rglob("*") if recursive else folder.iterdir())
+            return self._json([self.hub.entry(repo, p) for p in found], body)
+        if rest[0] == "paths-info":
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length).decode("utf-8")
+            form = parse_qs(raw) if "application/x-www-form-urlencoded" in (self.headers.get("Content-Type") or "") \
+                else json.loads(raw or "{}")
+            paths = form.get("paths", [])
+            if isinstance(paths, str):
+                paths = [paths]
+            out = [self.hub.entry(repo, root / p) for p in paths if (root / p).exists()]
+            return self._json(out, body)
+        self._error(404, "EntryNotFound", f"{'/'.join(rest)}: not served here")
+
+    def _file(self, repo: str, name: str, body: bool) -> None:
+        path = self.hub.repos[repo] / name
+        if not path.is_file():
+            return self._error(404, "EntryNotFound", f"{name}: no such file in {repo}")
+        data = path.read_bytes()
+        status, start, end = 200, 0, len(data)
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes="):
+            first, _, last = rng[len("bytes="):].partition("-")
+            start = int(first or 0)
+            end = min(len(data), int(last) + 1) if last else len(data)
+            status = 206
+        chunk = data[start:end]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(chunk)))
+        self.send_header("ETag", f'"{_git_oid(data)}"')
+        self.send_header("X-Repo-Commit", self.hub.sha[repo])
+        self.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        self.end_headers()
+        if body:
+            self.wfile.write(chunk)
+
+    def _json(self, value: Any, body: bool) -> None:
+        data = json.dumps(value).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def _error(self, status: int, code: str, message: str) -> None:
+        data = json.dumps({"error": message}).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
