@@ -136,8 +136,19 @@ class RunResults:
         return sorted({k.task for k in self.series})
 
     def parents(self, task: str) -> tuple[str, ...]:
-        """The groups ``task`` belongs to (a policy rule for a group applies to its subtasks)."""
-        return tuple(sorted(g for g, subs in self.group_subtasks.items() if task in subs))
+        """The groups ``task`` belongs to, nearest first, then theirs (a policy rule for a group
+        applies to its subtasks and nested groups)."""
+        return ancestors(self.group_subtasks, task)
+
+
+def ancestors(group_subtasks: dict[str, list[str]], task: str) -> tuple[str, ...]:
+    """The groups that hold ``task``, nearest first, then the groups that hold those."""
+    out: list[str] = []
+    level = [task]
+    while level:
+        level = sorted({g for g, subs in group_subtasks.items() for t in level if t in subs} - {task, *out})
+        out.extend(level)
+    return tuple(out)
 
 
 def is_int(v: Any) -> bool:

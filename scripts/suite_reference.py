@@ -68,6 +68,38 @@ metric's whole range (`margin: 2` on accuracy) is an error that names the line, 
 runs; a margin more than the baseline's score can lose, or an MDE above half the range, is a
 warning.
 
+**Groups.** A task entry may name an lm-eval group (`mmlu`, `bbh`, `leaderboard`, or a group
+YAML of your `include_path`). Every group with an `aggregate_metric_list` is gated at every level
+(`mmlu`, `mmlu_stem`, ..., each with lm-eval's own value: `weight_by_size: true` is the mean over
+all its subtasks' items, `false` the mean of the subtask means), tested over all its items at once
+(McNemar for right/wrong items weighted by size, a paired bootstrap or permutation otherwise), so a
+one-point loss spread over 57 subjects fails the group even when no subject fails alone. Groups,
+subtasks and the anchor comparisons are one Holm family: the chance of any false alarm stays at
+`alpha`. A group's `metrics:` rules set the group's own margin, in the group's units, and apply to
+its subtasks unless a rule names them; `subtasks: info` gates the group alone and shows its
+subtasks without failing on them. An MMLU-style suite:
+
+```yaml
+tasks:
+  - name: mmlu                 # 57 subjects under mmlu_stem, mmlu_humanities, ...
+    num_fewshot: 5
+    subtasks: info             # the groups decide; each subject's row is shown
+    metrics:
+      - {metric: acc, margin: 0.01}   # one point of mmlu's (and each category's) accuracy
+```
+
+**One decision for several benchmarks.** Write a group YAML in `include_path` that lists them,
+as lm-eval does, and name it in the suite:
+
+```yaml
+# tasks/release_gate.yaml
+group: release_gate
+task: [arc_easy, hellaswag, my_qa]
+aggregate_metric_list:
+  - {metric: acc, aggregation: mean, weight_by_size: false}   # each benchmark counts the same
+metadata: {version: 1.0}
+```
+
 **Data files.** A task YAML's relative `dataset_kwargs.data_files` are read against that YAML's
 folder (plain lm-eval reads them against the working directory), and must lie inside
 `include_path`; a task's `dataset:` in the suite reads relative paths against the suite file's

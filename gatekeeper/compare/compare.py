@@ -16,8 +16,8 @@ from gatekeeper.compare.compat import check_compatible, pair_series
 from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Outcome
 from gatekeeper.compare.verdict import Tested, decide, resolution_warnings
 from gatekeeper.errors import GateError
-from gatekeeper.model import MetricSeries, RunResults
-from gatekeeper.results import snippets
+from gatekeeper.model import MetricSeries, RunResults, SeriesKey
+from gatekeeper.results import groups, snippets
 from gatekeeper.results.metrics import kind_named
 from gatekeeper.suite.policy import Policy
 
@@ -127,14 +127,17 @@ def compare_runs(
     A candidate that regressed against the anchor only gets the verdict ``drift``."""
     differences = _comparable(baseline, candidate, "runs")
     _refuse_gated_untestable(candidate, policy)
-    unreachable, moot = margins.unreachable(baseline, policy)
+    pairs, group_notes = group_pairs(baseline, candidate)
+    # A group score is a mean of its leaves' scores: it has their range.
+    ranges = {gm.key: next(baseline.series[k] for k in gm.leaf_keys if k in baseline.series) for _, _, gm in pairs}
+    unreachable, moot = margins.unreachable(baseline, policy, ranges)
     if unreachable:
         raise GateError(margins.refusal(unreachable))
-    tested, warnings = _test_pair(baseline, candidate, policy, seed)
+    tested, warnings = _test_pair(baseline, candidate, pairs, policy, seed)
     anchored: list[Tested] = []
     if anchor is not None:
         _comparable(anchor, candidate, "the anchor and the candidate")
-        anchored, _ = _test_pair(anchor, candidate, policy, seed)
+        anchored, _ = _test_pair(anchor, candidate, group_pairs(anchor, candidate)[0], policy, seed)
 
     family = tested + anchored
     gated_idx = [i for i, t in enumerate(family) if t.gated]
@@ -148,7 +151,7 @@ def compare_runs(
     decided = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
                for i, t in enumerate(family)]
     comparisons, anchor_comparisons = decided[:len(tested)], decided[len(tested):]
-    no_power, weak = margins.after_tests(baseline, tested, comparisons, per_alpha, policy)
+    no_power, weak = margins.after_tests(baseline, tested, comparisons, per_alpha, policy, ranges)
     if no_power:
         raise GateError(margins.refusal(no_power))
     for c in comparisons:
@@ -179,7 +182,7 @@ def compare_runs(
         policy=policy,
         suite=suite,
         notes=[f"baseline: {n}" for n in baseline.notes] + [f"candidate: {n}" for n in candidate.notes]
-        + notes_rounding + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
+        + group_notes + notes_rounding + [f"{key}: not tested (aggregation {agg}; informational)" for key, agg in sorted(
             candidate.untestable.items(), key=lambda kv: str(kv[0]))],
         anchor=anchor,
         anchor_comparisons=anchor_comparisons,
@@ -197,14 +200,41 @@ def _comparable(baseline: RunResults, candidate: RunResults, what: str) -> list:
     return differences
 
 
-def _test_pair(baseline: RunResults, candidate: RunResults, policy: Policy, seed: int) -> tuple[list[Tested], list[str]]:
-    """The paired test of every series, before the correction across the suite."""
+GroupPair = tuple[MetricSeries, MetricSeries, groups.GroupMetric]
+
+
+def group_pairs(baseline: RunResults, candidate: RunResults) -> tuple[list[GroupPair], list[str]]:
+    """(baseline, candidate, the group metric) pooled series of every group metric with an aggregate
+    (the candidate's groups: ``results/groups.py``), and notes on the groups that stay informational.
+    Each run's reported group score must be the one its items give."""
+    metrics, notes = groups.group_metrics(candidate)
+    groups.check_reported(candidate, metrics)
+    groups.check_reported(baseline, [gm for gm in metrics if gm.group in baseline.groups])
+    pairs = []
+    for gm in metrics:
+        missing = [t for t in gm.leaves if SeriesKey(t, gm.filter, gm.metric) in candidate.series
+                   and SeriesKey(t, gm.filter, gm.metric) not in baseline.series]
+        if missing:
+            raise GateError(f"{baseline.provenance.source}: group {gm.group}: subtask {missing[0]} has no "
+                            f"{gm.metric},{gm.filter} in the baseline; re-record the baseline with the whole group")
+        pairs.append((groups.pooled(baseline, gm), groups.pooled(candidate, gm), gm))
+    return pairs, notes
+
+
+def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPair],
+               policy: Policy, seed: int) -> tuple[list[Tested], list[str]]:
+    """The paired test of every group metric (``pairs``, from ``group_pairs``) and every series,
+    before the correction across the suite."""
     warnings: list[str] = []
     tested: list[Tested] = []
-    for key in sorted(baseline.series, key=str):
-        b_series, c_series = baseline.series[key], candidate.series[key]
-        base, cand, clusters = pair_series(b_series, c_series, where=f"task {key.task} ({key.metric},{key.filter})")
-        margin, gated = policy.lookup(key, candidate.parents(key.task))
+    leaves = [("task", baseline.series[key], candidate.series[key]) for key in sorted(baseline.series, key=str)]
+    leaves = [(None, b, c) for _, b, c in leaves]
+    for gm, b_series, c_series in [(gm, b, c) for b, c, gm in pairs] + leaves:
+        what = "task" if gm is None else "group"
+        key = b_series.key
+        where = f"{what} {key.task} ({key.metric},{key.filter})"
+        base, cand, clusters = pair_series(b_series, c_series, where=where)
+        margin, gated = policy.lookup(key, candidate.parents(key.task), group=gm is not None)
         snapped, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
         try:
             test = stats.paired_test(
@@ -230,8 +260,19 @@ def _test_pair(baseline: RunResults, candidate: RunResults, policy: Policy, seed
                                              test.candidate, policy.rounding)
         tested.append(Tested(key, gated, margin, hib, test, _decision_p(test, margin, hib, policy), rounded,
                              b_series.aggregation, _binary_pair(base, snapped),
-                             _right_to_wrong(base, snapped, b_series.doc_ids, hib), floor))
+                             # a group's items are its subtasks' (listed there): none of its own
+                             [] if gm is not None else _right_to_wrong(base, snapped, b_series.doc_ids, hib),
+                             floor, subtasks=() if gm is None else gm.leaves,
+                             weight_by_size=None if gm is None else gm.weight_by_size))
+    # Each group's rows above its subtasks' (the report's order), nested groups inside theirs.
+    tested.sort(key=lambda t: (_path(candidate, t.key.task), t.key.metric, t.key.filter))
     return tested, warnings
+
+
+def _path(run: RunResults, name: str, seen: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``name`` under the groups that hold it, outermost first: ("mmlu", "mmlu_stem", "mmlu_anatomy")."""
+    parents = [g for g in run.parents(name) if g not in seen]
+    return (*_path(run, parents[0], (*seen, name)), name) if parents else (name,)
 
 
 def _decision_p(test: stats.PairedTest, margin: float, hib: bool, policy: Policy) -> float:

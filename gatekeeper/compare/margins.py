@@ -20,22 +20,24 @@ from gatekeeper.results.metrics import kind_named
 from gatekeeper.suite.policy import Policy
 
 
-def unreachable(baseline: RunResults, policy: Policy) -> tuple[list[str], list[str]]:
+def unreachable(baseline: RunResults, policy: Policy,
+                groups: dict[SeriesKey, MetricSeries] | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings) for gated margins no drop can exceed: at or beyond the metric's whole
     range (wrong units: an error), or more than the baseline's score can lose (a baseline at the
-    metric's floor: a warning, since any margin is then moot and the model may grow out of it)."""
+    metric's floor: a warning, since any margin is then moot and the model may grow out of it).
+    ``groups``: a group metric's key → one of its leaves' series (a group score is a mean of the
+    leaves' scores, so it has their range)."""
     errors: list[str] = []
     warnings: list[str] = []
-    for key in sorted(baseline.series, key=str):
-        series = baseline.series[key]
+    for key, series in sorted({**baseline.series, **(groups or {})}.items(), key=lambda kv: str(kv[0])):
         parents = baseline.parents(key.task)
-        margin, gated = policy.lookup(key, parents)
+        margin, gated = policy.lookup(key, parents, group=key not in baseline.series)
         if not gated or margin <= 0:
             continue
         problem = _beyond_range(series, margin)
         if problem:
             errors.append(f"{_source(policy, key, parents)}{key}: margin {margin:g} {problem}")
-        elif (moot := _beyond_room(series, margin)):
+        elif key in baseline.series and (moot := _beyond_room(series, margin)):
             warnings.append(f"{key}: margin {margin:g} {moot}")
     return errors, warnings
 
@@ -47,7 +49,8 @@ def refusal(problems: list[str]) -> str:
 
 
 def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Comparison],
-                per_alpha: float, policy: Policy) -> tuple[list[str], list[str]]:
+                per_alpha: float, policy: Policy,
+                groups: dict[SeriesKey, MetricSeries] | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings) from each gated comparison's MDE: infinite because of the margin (an
     error), infinite because there are too few items, or above half the metric's range."""
     errors: list[str] = []
@@ -74,7 +77,7 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
                 warnings.append(f"{c.key}: {c.test.n} items cannot show any drop with 80% power (MDE "
                                 "infinite): the gate fails only on a collapse; add items")
             continue
-        bounds = _bounds(baseline.series[c.key])
+        bounds = _bounds({**baseline.series, **(groups or {})}[c.key])
         if bounds and math.isfinite(bounds[1] - bounds[0]) and c.mde > (bounds[1] - bounds[0]) / 2:
             warnings.append(f"{c.key}: the smallest drop this rule detects with 80% power is {c.mde:.3g}, "
                             f"over half of {c.key.metric}'s range [{bounds[0]:g}, {bounds[1]:g}]: "

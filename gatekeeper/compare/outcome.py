@@ -48,6 +48,12 @@ class Comparison:
     p_value: float | None = None  # the p-value the decision used (inferiority: vs the margin)
     rounded: int = 0
     within_rounding: bool = False  # the aggregate moved by no more than rounding
+    subtasks: tuple[str, ...] = ()  # a group's leaf tasks (its items are theirs); () for a task
+    weight_by_size: bool | None = None  # a group's weighting, as lm-eval aggregates it
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.subtasks)
 
     @property
     def drop(self) -> float:

@@ -45,6 +45,9 @@ class Tested:
     binary: bool
     right_to_wrong: list[int]
     within_rounding: bool  # the aggregate moved by no more than rounding (``stats.aggregate_within_floor``)
+    # A group's aggregate (``results/groups.py``): its leaf tasks and lm-eval's weighting; () for a task.
+    subtasks: tuple[str, ...] = ()
+    weight_by_size: bool | None = None
 
 
 def decide(t: Tested, p_adjusted: float | None, level: float, per_alpha: float, policy: Policy) -> Comparison:
@@ -58,7 +61,7 @@ def decide(t: Tested, p_adjusted: float | None, level: float, per_alpha: float, 
         interval = _decision_interval(test, t.higher_is_better, level, decision_p < policy.alpha,
                                       t.margin if policy.test == "inferiority" else 0.0)
     c = Comparison(t.key, t.gated, t.margin, t.higher_is_better, test, p_adjusted, "", math.nan,
-                   t.right_to_wrong, level, interval, t.p, t.rounded, t.within_rounding)
+                   t.right_to_wrong, level, interval, t.p, t.rounded, t.within_rounding, t.subtasks, t.weight_by_size)
     # "Significantly worse" always means against no drop, at the comparison's own level.
     worse = test.p_worse < level and c.drop_bounds[0] > 0
     if policy.test == "non-inferiority":

@@ -11,7 +11,9 @@ from gatekeeper.model import Provenance
 from gatekeeper.report.headline import anchor_date
 from gatekeeper.report.numbers import finite
 
-SCHEMA_VERSION = 1
+# 2: comparisons include the groups' own rows (kind, subtasks, weight_by_size), and every gated
+# row, group or task, is one family under the correction.
+SCHEMA_VERSION = 2
 
 
 def _provenance_json(p: Provenance) -> dict[str, Any]:
@@ -42,6 +44,9 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "task": c.key.task,
         "metric": c.key.metric,
         "filter": c.key.filter,
+        "kind": "group" if c.is_group else "task",
+        "subtasks": list(c.subtasks),
+        "weight_by_size": c.weight_by_size,
         "gated": c.gated,
         "higher_is_better": c.higher_is_better,
         "margin": c.margin,

@@ -12,16 +12,18 @@ from typing import Any
 from gatekeeper import __version__
 from gatekeeper.compare.outcome import Comparison, Outcome, verdict_words
 from gatekeeper.report.headline import ICON, ReportContext, anchor_date, headline
-from gatekeeper.report.numbers import delta_cell, fmt_num, fmt_p
+from gatekeeper.report.numbers import delta_cell, depths, fmt_num, fmt_p, group_note
 from gatekeeper.text import escape_untrusted
 
 GITHUB_COMMENT_LIMIT = 65_536
 MAX_R2W_PER_METRIC = 5
 
 
-def _row(c: Comparison) -> str:
+def _row(c: Comparison, depth: int = 0) -> str:
     t = c.test
-    name = escape_untrusted(c.key.task, 80)
+    name = "↳ " * depth + escape_untrusted(c.key.task, 80)
+    if c.is_group:
+        name = f"**{name}** ({group_note(c)})"
     metric = escape_untrusted(c.key.metric if c.key.filter == "none" else f"{c.key.metric} ({c.key.filter})", 80)
     ci = delta_cell(c)
     arrow = "↑" if c.higher_is_better else "↓"
@@ -40,7 +42,8 @@ _TABLE_HEAD = (
 
 
 def _table(rows: list[Comparison]) -> str:
-    return "\n".join([_TABLE_HEAD, *(_row(c) for c in rows)])
+    depth = depths(rows)
+    return "\n".join([_TABLE_HEAD, *(_row(c, depth.get(c.key.task, 0)) for c in rows)])
 
 
 def _rule_text(pol: Any, n_gated: int) -> str:
@@ -100,8 +103,11 @@ def _r2w_section(outcome: Outcome) -> str | None:
 
 
 def _groups_section(outcome: Outcome) -> str | None:
+    """Groups whose scores are not compared (no aggregate, or not a mean of items): as lm-eval reports them."""
+    compared = {(c.key.task, f"{c.key.metric},{c.key.filter}") for c in outcome.comparisons if c.is_group}
     rows = []
     for g, vals in sorted(outcome.candidate.groups.items()):
+        vals = {k: v for k, v in vals.items() if (g, k) not in compared}
         base = outcome.baseline.groups.get(g, {})
         for k, v in sorted(vals.items()):
             b = base.get(k)
@@ -109,7 +115,7 @@ def _groups_section(outcome: Outcome) -> str | None:
     if not rows:
         return None
     head = "| group | metric,filter | baseline | candidate |\n|---|---|---:|---:|"
-    return head + "\n" + "\n".join(rows) + "\n\nGroups are reported as lm-eval aggregates them; their subtasks carry the tests."
+    return head + "\n" + "\n".join(rows) + "\n\nThese group scores are reported as lm-eval aggregates them, not tested; their subtasks are."
 
 
 def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_chars: int = 60_000) -> str:
@@ -144,7 +150,7 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
         optional.append((f"Informational metrics ({len(info)})", _table(info)))
     groups = _groups_section(outcome)
     if groups:
-        optional.append(("Groups", groups))
+        optional.append(("Groups not tested", groups))
     if outcome.differences:
         optional.append(
             ("Provenance differences (context, not errors)",

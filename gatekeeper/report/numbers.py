@@ -45,3 +45,23 @@ def delta_cell(c: Comparison) -> str:
     lo, hi = c.interval
     conf = f"{(1 - 2 * c.level) * 100:.3g}%"
     return f"{signed(t.delta)} [{signed(lo)}, {signed(hi)}] {conf}"
+
+
+def depths(comparisons: list[Comparison]) -> dict[str, int]:
+    """How many gated-or-shown groups hold each task or group of ``comparisons`` (0: top level),
+    so a table can indent subtasks under their group's row."""
+    members = {c.key.task: frozenset(c.subtasks) for c in comparisons if c.is_group}
+    out: dict[str, int] = {}
+    for c in comparisons:
+        name = c.key.task
+        if c.is_group:
+            out[name] = sum(1 for g, subs in members.items() if g != name and subs > members[name])
+        else:
+            out[name] = sum(1 for subs in members.values() if name in subs)
+    return out
+
+
+def group_note(c: Comparison) -> str:
+    """What a group row is: ``group of 57, by size`` (lm-eval's weighting of its subtasks)."""
+    how = "by size" if c.weight_by_size else "unweighted"
+    return f"group of {len(c.subtasks)}, {how}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gatekeeper.compare.outcome import Outcome, verdict_words
 from gatekeeper.report.headline import anchor_date, headline
-from gatekeeper.report.numbers import delta_cell, fmt_num, fmt_p
+from gatekeeper.report.numbers import delta_cell, depths, fmt_num, fmt_p, group_note
 
 COLUMNS = ("task", "metric", "baseline", "candidate", "delta [interval at decision level]", "p adj", "verdict")
 
@@ -29,12 +29,14 @@ def render_terminal(outcome: Outcome) -> str:
 
 def _table(outcome: Outcome, comparisons: list, cols: tuple[str, ...]) -> list[str]:
     rows = []
+    depth = depths(comparisons)
     for c in comparisons:
         t = c.test
         metric = c.key.metric if c.key.filter == "none" else f"{c.key.metric},{c.key.filter}"
+        name = " ".join(c.key.task.split())  # one row per comparison, whatever the name holds
         rows.append(
             (
-                " ".join(c.key.task.split()),  # one row per comparison, whatever the name holds
+                "  " * depth.get(c.key.task, 0) + name + (f" ({group_note(c)})" if c.is_group else ""),
                 " ".join(metric.split()) + ("" if c.gated else " (info)"),
                 fmt_num(t.baseline),
                 fmt_num(t.candidate),

@@ -94,6 +94,9 @@ class RunManifest:
     shard: dict[str, Any] | None = None
     # A look of ``gate --sequential``: its index, count, seed and new documents (``look_manifest``).
     look: dict[str, Any] | None = None
+    # Every group's leaves and aggregate list as lm-eval built them (results.json does not record
+    # the weighting): {group: {"leaves": [...], "aggregate": [...]}} (``results/groups.py``).
+    groups: dict[str, Any] = field(default_factory=dict)
     # A run that shared its model with the next (``reuse_model``): seconds this run spent loading
     # it (0 when the previous run had), so the time per item is the evaluation's own.
     model_load_seconds: float | None = None
@@ -239,6 +242,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             files=run_file_digests(produced, [results, *_samples_files(produced, results).values()]),
             shard=picked,
             look=looked,
+            groups=_group_aggregations(top),
             model_load_seconds=_LOADED.pop("seconds", None),
             backend=settings.backend.name,
             backend_versions=backends.versions(settings.backend.name),

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from gatekeeper.errors import GateError
-from gatekeeper.model import RunResults, SeriesKey
+from gatekeeper.model import RunResults, SeriesKey, ancestors
 from gatekeeper.results.metrics import kind_for, known_aggregations
 from gatekeeper.results.trusted import PREFIX as FUNCTION_PREFIX
 from gatekeeper.suite.policy import Policy, Rule
@@ -44,8 +44,8 @@ class Produced:
     groups: dict[str, list[str]] = field(default_factory=dict)
 
     def parents(self, task: str) -> tuple[str, ...]:
-        # The same rule as compare._parents: the groups that list the task directly.
-        return tuple(sorted(g for g, subs in self.groups.items() if task in subs))
+        # The same rule as RunResults.parents: the groups that hold the task, nearest first.
+        return ancestors(self.groups, task)
 
     def leaves_under(self, name: str) -> list[str]:
         """The leaf tasks a suite task entry stands for: itself, or a group's leaves (nested too)."""

@@ -87,6 +87,8 @@ class Policy:
     test: str = "superiority"
     # policy.sequential.looks: gate in that many looks and stop early (compare/sequential.py); None: off.
     sequential_looks: int | None = None
+    # Groups whose subtasks are informational (suite ``subtasks: info``): the group's own row decides.
+    info_subtasks: frozenset[str] = frozenset()
     # Set by a sequential gate at its interim looks (not a suite key): the exact conditional McNemar
     # p-value, never above nominal size at the tiny levels those looks test at, instead of mid-p.
     exact_mcnemar: bool = False
@@ -104,16 +106,20 @@ class Policy:
                 "(pass only when every drop is shown to be within its margin) write `test: non-inferiority`")
             self.test = new
 
-    def lookup(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> tuple[float, bool]:
+    def lookup(self, key: SeriesKey, parents: tuple[str, ...] = (), *, group: bool = False) -> tuple[float, bool]:
         """(margin, gated) for one series: the first matching rule, else the defaults.
 
-        ``parents`` are the groups the task belongs to: a rule written for a group
-        (``task: mmlu``) applies to its subtasks when no rule names the subtask itself.
+        ``parents`` are the groups the task belongs to, nearest first: a rule written for a group
+        (``task: mmlu``) applies to its subtasks (and nested groups) when no rule names them. A
+        leaf task (not ``group``) under a group whose suite entry says ``subtasks: info`` is
+        informational.
         """
         rule = self.rule_for(key, parents)
-        if rule is None:
-            return self.margin, True
-        return (self.margin if rule.margin is None else rule.margin), rule.gate
+        margin, gated = (self.margin, True) if rule is None else (
+            self.margin if rule.margin is None else rule.margin, rule.gate)
+        if not group and self.info_subtasks.intersection(parents):
+            gated = False  # a subtask of a group gated as a whole
+        return margin, gated
 
     def rule_for(self, key: SeriesKey, parents: tuple[str, ...] = ()) -> Rule | None:
         """The rule that decides ``key`` (see ``lookup``), None when the defaults do."""

@@ -71,6 +71,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "gen_kwargs": None,
     "repeats": None,
     "cluster": None,
+    "subtasks": "gate",
     "dataset": None,
     "metrics": None,
 }
@@ -79,7 +80,7 @@ RULE_DEFAULTS: dict[str, Any] = {"task": "*", "filter": "*", "metric": "*", "mar
 
 # Settings that decide gating or file locations, not what lm-eval measures (see module doc).
 _UNHASHED_TOP = ("policy", "baseline")
-_UNHASHED_TASK = ("metrics", "cluster")
+_UNHASHED_TASK = ("metrics", "cluster", "subtasks")
 # Where and how fast the model runs, not what it computes: devices, parallelism, memory, the
 # endpoint's address and concurrency. backend, tokenizer, max_model_len and model_args change
 # the scores (another engine's kernels, another tokenizer, truncation): they are hashed.
@@ -101,6 +102,8 @@ class TaskSpec:
     gen_kwargs: dict | None = None
     repeats: int | None = None
     cluster: str | None = None
+    # A group's subtasks: "gate" (with the group, one family) or "info" (the group alone decides).
+    subtasks: str = "gate"
     metrics: list[dict] = field(default_factory=list)
     # Where the task's documents come from instead of its YAML's dataset (a local copy, a private
     # mirror): {"path": ..., "name": ..., "kwargs": {"data_files": ...}}, local data files
@@ -114,6 +117,8 @@ class TaskSpec:
         out = {k: v for k, v in asdict(self).items() if k != "where"}
         if out["dataset"] is None:  # recorded only when set, as the suite hash does
             out.pop("dataset")
+        if out["subtasks"] == "gate":  # policy, not measurement: recorded only when not the default
+            out.pop("subtasks")
         return out
 
 
@@ -395,6 +400,7 @@ def _build(doc: dict, path: Path, root: yaml.Node | None = None) -> Suite:
             gen_kwargs=t["gen_kwargs"],
             repeats=None if t["repeats"] is None else int(t["repeats"]),
             cluster=t["cluster"],
+            subtasks=t["subtasks"],
             metrics=list(t["metrics"] or []),
             dataset=_dataset(t["dataset"]),
             where=f"{path}:{line_of(root, ('tasks', i, 'name'))}: tasks[{i}].name",
@@ -472,7 +478,8 @@ def _policy(doc: dict, path: Path, root: yaml.Node | None = None) -> Policy:
     policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], margin=float(p["margin"]),
                     resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
                     test=p["test"], margin_where=where("policy", "margin"),
-                    sequential_looks=(p["sequential"] or {}).get("looks"))
+                    sequential_looks=(p["sequential"] or {}).get("looks"),
+                    info_subtasks=frozenset(t["name"] for t in doc["tasks"] if t.get("subtasks") == "info"))
     policy.validate(f"{path}: policy")
     return policy
 
