@@ -30,7 +30,7 @@ def test_readme_commands_on_a_fresh_clone(tmp_path: Path) -> None:
 
     first = _sh(demo, clone)
     assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "FAIL: gatekeeper demo: 1 regression: demo_capitals_mc acc" in first.stdout
+    assert "FAIL: gatekeeper demo: 2 regressions: demo_mc acc" in first.stdout
     assert "== setup: torch" in first.stdout and "Collecting" in first.stdout  # it says what it does
     assert (clone / ".venv" / "logs" / "pip.log").stat().st_size > 0
     torch = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c",

@@ -32,9 +32,18 @@ def test_regressed_checkpoint_fails_naming_capitals(demo_gate):
     assert result.exit_code == 1
     rows = {(c["task"], c["metric"]): c for c in result.report["comparisons"]}
     regressed = {k for k, c in rows.items() if c["gated"] and c["verdict"] == "regressed"}
-    assert regressed == {("demo_capitals_mc", "acc")}
-    assert any(c["gated"] for k, c in rows.items() if k[0] != "demo_capitals_mc")
-    assert result.report["verdict"] == "fail" and result.report["regressions"] == 1
+    # The demo_mc group (issue #24) fails with its capitals subtask; its row comes first, with its
+    # subtasks, and its values are lm-eval's own group scores.
+    assert regressed == {("demo_mc", "acc"), ("demo_capitals_mc", "acc")}
+    group = rows[("demo_mc", "acc")]
+    assert group["kind"] == "group" and group["subtasks"] == ["demo_arith_mc", "demo_capitals_mc"]
+    assert group["weight_by_size"] is True and group["n"] == 425 and group["test"] == "mcnemar-midp"
+    assert group["candidate"] == pytest.approx(result.report["groups"]["demo_mc"]["candidate"]["acc,none"], rel=1e-12)
+    assert group["baseline"] == pytest.approx(result.report["groups"]["demo_mc"]["baseline"]["acc,none"], rel=1e-12)
+    order = [c["task"] for c in result.report["comparisons"]]
+    assert order.index("demo_mc") < order.index("demo_arith_mc") < order.index("demo_capitals_mc")
+    assert any(c["gated"] for k, c in rows.items() if k[0] not in ("demo_capitals_mc", "demo_mc"))
+    assert result.report["verdict"] == "fail" and result.report["regressions"] == 2
 
 
 def test_harmless_checkpoint_passes(demo_gate):
@@ -106,9 +115,9 @@ def test_cli_gate_regressed_prints_verdict_and_markdown(demo_gate, tmp_path):
     exactly what `gatekeeper compare` prints for its run, which is how README's blocks are made."""
     result = demo_gate("regressed")
     assert result.exit_code == 1, result.stderr[-2000:]
-    assert "FAIL: gatekeeper demo: 1 regression: demo_capitals_mc acc" in result.stdout
+    assert "FAIL: gatekeeper demo: 2 regressions: demo_mc acc" in result.stdout
     assert "### ❌" in result.stdout and "demo\\_capitals\\_mc" in result.stdout
-    assert json.loads(result.json_path.read_text())["regressions"] == 1
+    assert json.loads(result.json_path.read_text())["regressions"] == 2
     assert "Traceback" not in result.stderr
     md = tmp_path / "r.md"
     proc = compare_cli(BASELINE, result.run_dir, "--markdown", str(md))

@@ -63,7 +63,7 @@ def test_init_writes_a_suite_that_gates_for_real(project: Path, tmp_path: Path) 
     assert first.returncode == 0 and "recorded this run as the first baseline" in first.stdout, first.stderr[-2000:]
     regressed = _gk("gate", "--suite", "gatekeeper.yaml", "--model", bad, cwd=project)
     assert regressed.returncode == 1, regressed.stdout[-2000:] + regressed.stderr[-2000:]
-    assert "FAIL: gatekeeper my-project: 1 regression: demo_capitals_mc acc" in regressed.stdout
+    assert "FAIL: gatekeeper my-project: 2 regressions: demo_mc acc" in regressed.stdout
     # The model outside the project is named by its own repository's folder, not as if it were ours.
     assert f"{ROOT.name}/examples/checkpoints/regressed in candidate" in regressed.stdout
     assert _gk("gate", "--suite", "gatekeeper.yaml", "--model", fine, cwd=project).returncode == 0

@@ -37,7 +37,7 @@ def _check_run(uri: str, report: dict) -> None:
     assert len(runs) == 1
     r = runs[0]
     assert r.info.status == "FINISHED"
-    assert r.data.tags["verdict"] == "fail" and r.data.tags["event"] == "cli" and r.data.tags["regressions"] == "1"
+    assert r.data.tags["verdict"] == "fail" and r.data.tags["event"] == "cli" and r.data.tags["regressions"] == "2"
     assert r.data.params["suite"] == "demo" and r.data.params["lm_eval_version"] == "0.4.13"
     assert r.data.params["suite_hash"] == report["provenance"]["candidate"]["suite_hash"]
     caps = next(c for c in report["comparisons"] if c["task"] == "demo_capitals_mc" and c["metric"] == "acc")

@@ -156,7 +156,7 @@ def test_nested_groups_expand_to_their_leaves():
     produced = Produced({"a": {("none", "acc"): "mean"}, "b": {("none", "f1"): "mean"}},
                         {"outer": ["inner", "b"], "inner": ["a"]})
     assert produced.leaves_under("outer") == ["a", "b"]
-    assert produced.parents("a") == ("inner",)
+    assert produced.parents("a") == ("inner", "outer")  # nearest first: a rule for outer applies to a too
 
 
 def test_union_of_two_runs():

@@ -32,8 +32,8 @@ def test_readme_demo_blocks_are_what_the_code_prints():
     script = _script()
     readme = script.README.read_text(encoding="utf-8")
     out = script.demo_output(script.RUN_FIXTURE)
-    assert out.exit_code == 1 and out.terminal.endswith("FAIL: gatekeeper demo: 1 regression: demo_capitals_mc acc -0.4300")
-    assert out.markdown.startswith("### ❌ gatekeeper demo: 1 regression")
+    assert out.exit_code == 1 and out.terminal.endswith("FAIL: gatekeeper demo: 2 regressions: demo_mc acc -0.2024, demo_capitals_mc acc -0.4300")
+    assert out.markdown.startswith("### ❌ gatekeeper demo: 2 regressions")
     expected = script.render_readme(readme, out)
     assert readme == expected, f"README.md's demo output is stale: {FIX}"
     # the blocks hold the output whole, not an excerpt

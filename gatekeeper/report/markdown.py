@@ -41,8 +41,8 @@ _TABLE_HEAD = (
 )
 
 
-def _table(rows: list[Comparison]) -> str:
-    depth = depths(rows)
+def _table(rows: list[Comparison], outcome: Outcome) -> str:
+    depth = depths(outcome, rows)
     return "\n".join([_TABLE_HEAD, *(_row(c, depth.get(c.key.task, 0)) for c in rows)])
 
 
@@ -129,7 +129,7 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
     core = [
         head,
         "",
-        _table(gated) if gated else "_No gated metrics._",
+        _table(gated, outcome) if gated else "_No gated metrics._",
         "",
         "<sub>Δ = candidate − baseline in the metric's units (↑ higher is better, ↓ lower is better). "
         + _rule_text(pol, len(gated)) + "</sub>",
@@ -138,16 +138,16 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
     if anchored and outcome.verdict == "drift":  # the reason for the verdict: never folded away
         core += ["", f"**Against the anchor of {anchor_date(outcome)}** (the reference a person approved; "
                  "the baseline moves with every promotion, the anchor only with `gatekeeper baseline pin`):",
-                 "", _table(anchored)]
+                 "", _table(anchored, outcome)]
     # Optional sections, least important last: they are dropped from the end to fit.
     optional: list[tuple[str, str]] = []
     if anchored and outcome.verdict != "drift":
-        optional.append((f"Against the anchor of {anchor_date(outcome)}", _table(anchored)))
+        optional.append((f"Against the anchor of {anchor_date(outcome)}", _table(anchored, outcome)))
     r2w = _r2w_section(outcome)
     if r2w:
         optional.append(("Items that went from right to wrong", r2w))
     if info:
-        optional.append((f"Informational metrics ({len(info)})", _table(info)))
+        optional.append((f"Informational metrics ({len(info)})", _table(info, outcome)))
     groups = _groups_section(outcome)
     if groups:
         optional.append(("Groups not tested", groups))

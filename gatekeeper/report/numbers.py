@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gatekeeper.compare.outcome import Comparison
+from gatekeeper.compare.outcome import Comparison, Outcome
 
 
 def fmt_num(x: float | None, digits: int = 4) -> str:
@@ -47,18 +47,11 @@ def delta_cell(c: Comparison) -> str:
     return f"{signed(t.delta)} [{signed(lo)}, {signed(hi)}] {conf}"
 
 
-def depths(comparisons: list[Comparison]) -> dict[str, int]:
-    """How many gated-or-shown groups hold each task or group of ``comparisons`` (0: top level),
-    so a table can indent subtasks under their group's row."""
-    members = {c.key.task: frozenset(c.subtasks) for c in comparisons if c.is_group}
-    out: dict[str, int] = {}
-    for c in comparisons:
-        name = c.key.task
-        if c.is_group:
-            out[name] = sum(1 for g, subs in members.items() if g != name and subs > members[name])
-        else:
-            out[name] = sum(1 for subs in members.values() if name in subs)
-    return out
+def depths(outcome: Outcome, comparisons: list[Comparison]) -> dict[str, int]:
+    """How many of the groups shown in ``comparisons`` hold each task or group (0: top level), so
+    a table can indent subtasks (and nested groups) under their group's rows."""
+    shown = {c.key.task for c in comparisons if c.is_group}
+    return {c.key.task: sum(1 for g in outcome.candidate.parents(c.key.task) if g in shown) for c in comparisons}
 
 
 def group_note(c: Comparison) -> str:

@@ -29,7 +29,7 @@ def render_terminal(outcome: Outcome) -> str:
 
 def _table(outcome: Outcome, comparisons: list, cols: tuple[str, ...]) -> list[str]:
     rows = []
-    depth = depths(comparisons)
+    depth = depths(outcome, comparisons)
     for c in comparisons:
         t = c.test
         metric = c.key.metric if c.key.filter == "none" else f"{c.key.metric},{c.key.filter}"

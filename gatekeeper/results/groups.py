@@ -180,11 +180,12 @@ def _from_spec(run: RunResults, name: str, leaves: tuple[str, ...],
         filters = agg.get("filter_list") or sorted({k.filter for k in run.series
                                                     if k.task in leaves and k.metric == agg["metric"]})
         for filt in filters:
-            gm = GroupMetric(name, agg["metric"], str(filt), bool(agg.get("weight_by_size", True)), leaves)
+            gm = _reporting(run, GroupMetric(name, agg["metric"], str(filt), bool(agg.get("weight_by_size", True)),
+                                             leaves))
             problem = _poolable(run, gm)
             if problem:
                 notes.append(problem)
-            elif any(_leaf(run, gm, leaf) is not None for leaf in leaves):
+            elif gm.leaves:
                 out.append(gm)
     return out, notes
 
@@ -196,11 +197,13 @@ def _derived(run: RunResults, name: str, leaves: tuple[str, ...],
     out, notes = [], []
     for mf, score in sorted(reported.items()):
         metric, _, filt = mf.partition(",")
-        weighted = GroupMetric(name, metric, filt, True, leaves)
+        weighted = _reporting(run, GroupMetric(name, metric, filt, True, leaves))
         problem = _poolable(run, weighted)
         if problem:
             notes.append(problem)
             continue
+        if not weighted.leaves:
+            raise GateError(f"{run.provenance.source}: group {name} reports {mf}, which none of its subtasks has")
         fits = [gm for gm in (weighted, replace(weighted, weight_by_size=False))
                 if math.isclose(value(run, gm), score, rel_tol=_REL_TOL, abs_tol=_ABS_TOL)]
         if not fits:
@@ -214,6 +217,11 @@ def _derived(run: RunResults, name: str, leaves: tuple[str, ...],
                             "unweighted, and their tests differ; gate with --suite so the group's YAML says which")
         out.append(fits[0])
     return out, notes
+
+
+def _reporting(run: RunResults, gm: GroupMetric) -> GroupMetric:
+    """``gm`` over the leaves that report its metric (lm-eval aggregates over those, and warns)."""
+    return replace(gm, leaves=tuple(t for t in gm.leaves if _leaf(run, gm, t) is not None))
 
 
 def _check_leaves(run: RunResults, name: str, leaves: tuple[str, ...]) -> None:
