@@ -177,7 +177,7 @@ def assert_token_hidden(res: dict) -> None:
 def test_pull_request_regression_posts_one_sticky_comment_then_edits_it(ws, gh, capfd):
     res = act(ws, gh, capfd, "pull_request", pr_event(), candidate="runs/regressed.json.gz")
     assert res["code"] == 1
-    assert res["outputs"]["verdict"] == "fail" and res["outputs"]["regressions"] == "2"
+    assert res["outputs"]["verdict"] == "fail" and res["outputs"]["regressions"] == "1"
     (body,) = gh.comment_bodies(12)
     assert body.endswith(comment.sticky_marker("demo")) and "arith\\_mc" in body or "arith_mc" in body
     assert res["outputs"]["comment-url"] == gh.comments[12][0]["html_url"]
@@ -472,7 +472,7 @@ def test_push_sets_a_status_and_comments_on_the_open_pr(ws, gh, capfd):
     (status,) = gh.statuses
     assert (status["sha"], status["state"], status["context"]) == (HEAD, "failure", "gatekeeper/demo")
     assert status["target_url"] == "https://github.example/octo/repo/actions/runs/42"
-    assert len(status["description"]) <= 140 and "2 regressions" in status["description"]
+    assert len(status["description"]) <= 140 and "1 regression" in status["description"]
     assert len(gh.comment_bodies(30)) == 1 and gh.comment_bodies(31) == []
 
 
@@ -653,7 +653,7 @@ def test_real_gate_pr_is_gated_with_the_base_commits_baseline_and_policy(tmp_pat
     plain = body.replace("\\", "")
     assert f"policy from the base commit {base[:7]}" in plain and "This PR edits the baseline" in plain
     assert "- demo_capitals_mc / none / acc: loosened (margin 0.02 → margin 0.5)" in plain.splitlines()
-    assert re.search(r"\| demo_capitals_mc \| acc ↑ .*\| 0\.0200 \| .*regressed", plain)
+    assert re.search(r"\| (↳ )?demo_capitals_mc \| acc ↑ .*\| 0\.0200 \| .*regressed", plain)
 
 
 @pytest.mark.lmeval
@@ -844,7 +844,7 @@ def test_no_api_fault_changes_the_exit_code_or_the_report_or_posts_twice(ws, gh,
     t0 = time.monotonic()
     res = act(ws, gh, capfd, "pull_request", pr_event(), env_over=FAST, candidate="runs/regressed.json.gz")
     assert time.monotonic() - t0 < 12
-    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail" and res["outputs"]["regressions"] == "2"
+    assert res["code"] == 1 and res["outputs"]["verdict"] == "fail" and res["outputs"]["regressions"] == "1"
     assert json.loads((ws / res["outputs"]["report-json"]).read_text())["verdict"] == "fail"
     assert res["summary"].startswith("### ❌")
     marked = [b for b in gh.comment_bodies(12) if comment.sticky_marker("demo") in b]

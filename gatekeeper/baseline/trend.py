@@ -28,6 +28,7 @@ from gatekeeper.compare.outcome import Outcome
 from gatekeeper.errors import GateError
 from gatekeeper.files import TooLarge, atomic_write_bytes, read_limited
 from gatekeeper.model import RunResults, TrendEntry, TrendRow
+from gatekeeper.results import groups
 from gatekeeper.results.metrics import kind_named
 from gatekeeper.suite.policy import Policy
 from gatekeeper.suite.suite import Suite
@@ -96,6 +97,13 @@ def entry_from_run(results: RunResults, policy: Policy, *, event: str, verdict: 
         value = kind_named(s.kind).aggregate(s.aggregation, s.values)
         rows.append(TrendRow(key=str(key), value=_num(value), margin=float(margin),
                              higher_is_better=bool(s.higher_is_better)))
+    metrics, _ = groups.group_metrics(results)
+    for gm in metrics:  # each group's own score, as lm-eval aggregates it (results/groups.py)
+        margin, gated = policy.lookup(gm.key, results.parents(gm.group), group=True)
+        if gated:
+            first = results.series[gm.leaf_keys[0]]
+            rows.append(TrendRow(key=str(gm.key), value=_num(groups.value(results, gm)), margin=float(margin),
+                                 higher_is_better=bool(first.higher_is_better)))
     anchor_file = anchors.anchor_path(baseline)
     return TrendEntry(date=now_iso(), event=event, verdict=verdict, commit=commit, model=model,
                       baseline_id=anchors.file_id(baseline),

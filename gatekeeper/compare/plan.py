@@ -34,6 +34,7 @@ from gatekeeper.compare.outcome import Comparison
 from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
 from gatekeeper.compare.verdict import mde as rule_mde
 from gatekeeper.model import RunResults, SeriesKey
+from gatekeeper.results import groups
 from gatekeeper.suite.policy import Policy
 
 ASSUMED_FLIP_RATE = 0.05
@@ -57,6 +58,7 @@ class PlanRow:
     sequential_share: float  # expected share of items a sequential gate evaluates, harmless change
     resolves: bool | None  # MDE <= 2 x margin; None: not known (no spread to measure)
     note: str = ""
+    group: bool = False  # an lm-eval group's aggregate over all its subtasks' items
 
 
 @dataclass(frozen=True)
@@ -75,15 +77,35 @@ def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResult
          against_name: str | None = None, flip_rate: float | None = None,
          looks: int = sequential.DEFAULT_LOOKS, seed: int = 0) -> Plan:
     """The plan of ``baseline``'s gated metrics under ``policy`` (see the module docstring).
-    ``flip_rate`` overrides the measured or assumed flip share of right/wrong items."""
-    gated = [k for k in sorted(baseline.series, key=str) if policy.lookup(k, baseline.parents(k.task))[1]]
+    ``flip_rate`` overrides the measured or assumed flip share of right/wrong items. Every group
+    with an aggregate is a row too, over all its subtasks' items (``results/groups.py``)."""
+    metrics, _ = groups.group_metrics(baseline)
+    group_keys = {gm.key for gm in metrics}
+
+    def lookup(k: SeriesKey) -> tuple[float, bool]:
+        return policy.lookup(k, baseline.parents(k.task), group=k in group_keys)
+
+    pooled = _with_groups(baseline, metrics)
+    gated = [k for k in sorted(pooled.series, key=str) if lookup(k)[1]]
     level = policy.alpha / max(1, len(gated)) if policy.correction != "none" else policy.alpha
-    paired = _paired(baseline, against, policy, gated) if against is not None else {}
+    paired = _paired(pooled, _with_groups(against, metrics), policy, gated) if against is not None else {}
     rng = np.random.default_rng(seed)
-    rows = [_row(baseline, k, policy.lookup(k, baseline.parents(k.task))[0], level, paired.get(k), flip_rate,
-                 looks, policy.alpha, len(gated), rng) for k in gated]
+    rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks, policy.alpha, len(gated),
+                         rng), group=k in group_keys) for k in gated]
     return Plan(suite, rows, looks, policy.alpha, against_name if against is not None else None,
                 _suite_share(rows))
+
+
+def _with_groups(run: RunResults, metrics: list[groups.GroupMetric]) -> RunResults:
+    """``run`` with each group metric as one more series (its pooled items), and no group
+    structure left for ``compare_runs`` to add them again."""
+    series = dict(run.series)
+    for gm in metrics:
+        if all(k in run.series for k in gm.leaf_keys):
+            series[gm.key] = groups.pooled(run, gm)
+    manifest = {k: v for k, v in (run.provenance.manifest or {}).items() if k != "groups"}
+    return replace(run, series=series, groups={}, group_subtasks={},
+                   provenance=replace(run.provenance, manifest=manifest))
 
 
 def _paired(baseline: RunResults, other: RunResults, policy: Policy, keys: list[SeriesKey]) -> dict[SeriesKey, Comparison]:
@@ -191,7 +213,7 @@ def _suite_share(rows: list[PlanRow]) -> float:
     """Item-weighted share over tasks: a task stops when its last gated metric does."""
     tasks: dict[str, tuple[int, float]] = {}
     for r in rows:
-        if math.isfinite(r.sequential_share):
+        if math.isfinite(r.sequential_share) and not r.group:  # a group's items are its subtasks
             n, share = tasks.get(r.key.task, (r.n, 0.0))
             tasks[r.key.task] = (max(n, r.n), max(share, r.sequential_share))
     total = sum(n for n, _ in tasks.values())
