@@ -135,7 +135,9 @@ def test_power_stays_within_two_points_of_the_fixed_design(drop: float) -> None:
     # 3 points 0.993 vs 0.980: the final look's level is 0.0427, not 0.05 (about 1.8 points of
     # power at this n by itself), and futility passes a few real drops early.
     assert gap.mean() <= 0.02 + 2 * se, (fixed.mean(), sequential.mean(), se)
-    assert items.mean() < 0.85, items.mean()
+    # A regression stops early only once it is *shown* beyond the margin (issue #26): near twice
+    # the margin that takes most of the items (measured: 94% at a 2-point drop, margin 0.01).
+    assert items.mean() < 0.97, items.mean()
 
 
 def test_the_suite_key_turns_it_on_is_checked_and_not_hashed(tmp_path) -> None:
@@ -156,3 +158,57 @@ def test_the_suite_key_turns_it_on_is_checked_and_not_hashed(tmp_path) -> None:
     bad.write_text(text.replace("  test: superiority", "  sequential: {looks: 1}\n  test: superiority"))
     with pytest.raises(GateError, match=r"bad.yaml:\d+: policy.sequential.looks"):
         load_suite(bad)
+
+
+def _margin_trials(seed: int, trials: int, n: int, drop: float, margin: float) -> tuple[float, float, float]:
+    rng = np.random.default_rng(seed)
+    res = [_trial(rng, _binary, 1, n, drop, 0.03, margin) for _ in range(trials)]
+    fixed = np.array([r[0] == "fail" for r in res], dtype=float)
+    sequential = np.array([r[1] == "fail" for r in res], dtype=float)
+    gap = sequential - fixed
+    return float(fixed.mean()), float(sequential.mean()), float(gap.std(ddof=1) / np.sqrt(trials))
+
+
+@pytest.mark.parametrize(("n", "margin", "drop"), [(2000, 0.02, 0.01), (2000, 0.02, 0.015), (2000, 0.02, 0.02),
+                                                   (1000, 0.01, 0.005), (1000, 0.01, 0.01)])
+def test_drops_within_the_margin_fail_no_more_often_than_under_the_fixed_gate(n: int, margin: float,
+                                                                               drop: float) -> None:
+    """Issue #26: an interim look fails only on a drop shown beyond the margin at its level. Before
+    (the point estimate beyond the margin was enough): 24.5% vs 10.0% at drop 0.015, margin 0.02."""
+    fixed, sequential, se = _margin_trials(2600 + round(drop * 1000), 200, n, drop, margin)
+    assert sequential <= fixed + 0.01 + 2 * se, (fixed, sequential, se)
+
+
+def _drift_trial(rng: np.random.Generator, n: int, since_anchor: float, since_baseline: float, margin: float,
+                 looks: int = 4) -> tuple[str, str]:
+    """(fixed verdict, sequential decision) for a candidate within ``margin`` of the baseline but
+    ``since_anchor`` worse than the anchor (the baseline was promoted in between)."""
+    anchor = (rng.random(n) < 0.7).astype(float)
+    u = rng.random(n)
+    base = np.where((anchor == 1) & (u < (since_anchor - since_baseline) / 0.7), 0.0, anchor)
+    v = rng.random(n)
+    cand = np.where((base == 1) & (v < since_baseline / base.mean()), 0.0, base)
+    runs = [run(_series("t0", x)) for x in (anchor, base, cand)]
+    fixed = compare_runs(runs[1], runs[2], _policy(ALPHA, margin), anchor=runs[0]).verdict
+    order = rng.permutation(n)
+    t = seq.fractions(looks)
+    levels = seq.look_levels(t, ALPHA)
+    for k in range(1, looks + 1):
+        take = np.sort(order[:round(n * t[k - 1])])
+        a, b, c = (run(_series("t0", x[take])) for x in (anchor, base, cand))
+        out = compare_runs(b, c, _policy(float(levels[k - 1]), margin), anchor=a)
+        d = seq.decide(out, k, t, ALPHA)
+        if d.decision != "continue":
+            return fixed, d.decision
+    raise AssertionError("the last look always decides")
+
+
+def test_a_drift_since_the_anchor_is_not_passed_early() -> None:
+    """Issue #26: futility looks at the anchor comparisons too. A candidate 0.005 below its
+    baseline (margin 0.05) but 0.15 below the anchor drifted: the fixed gate says so every time,
+    and the sequential gate must not stop at look 1 on the baseline comparison alone."""
+    rng = np.random.default_rng(2605)
+    res = [_drift_trial(rng, 1000, 0.15, 0.005, 0.05) for _ in range(40)]
+    fixed = sum(f == "drift" for f, _ in res)
+    sequential = sum(s == "fail" for _, s in res)
+    assert fixed == 40 and sequential >= fixed - 1, (fixed, sequential)

@@ -136,18 +136,26 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, futility: f
     items so far (``outcome``, compared at ``look_levels(t, alpha)[look - 1]``)."""
     levels = look_levels(t, alpha)
     frac, level = float(t[look - 1]), float(levels[look - 1])
-    gated = [c for c in outcome.comparisons if c.gated]
-    if outcome.verdict == "fail" or outcome.verdict == "drift":
-        return LookDecision(look, frac, level, "fail", {})
+    # Every gated comparison, the anchor's too: a slow drift within each night's margin must not
+    # pass early on the baseline comparison alone.
+    gated = [c for c in outcome.comparisons if c.gated] + [c for c in outcome.anchor_comparisons if c.gated]
     if look == len(t):
-        return LookDecision(look, frac, level, "pass", {})
+        return LookDecision(look, frac, level, "fail" if outcome.verdict in ("fail", "drift") else "pass", {})
+    # An interim look fails only on a drop *shown* beyond its margin at the look's level (the
+    # interval's near end past the margin), never on a point estimate beyond it: early looks see
+    # few items, and a drop within the margin must fail no more often than under the fixed gate.
+    if any(c.drop_bounds[0] > c.margin for c in [*outcome.regressions, *outcome.drifted]):
+        return LookDecision(look, frac, level, "fail", {})
     # The final look's level for one metric, as the correction would split what is left.
     final = float(levels[-1]) / max(1, len(gated))
     cp = conditional_power([c.drop for c in gated], [c.test.se for c in gated], [c.margin for c in gated], frac, final)
     powers = {str(c.key): float(p) for c, p in zip(gated, cp, strict=True)}
+    # A task stops when every gated comparison its items are in is futile: its own, and those of
+    # the groups that hold it (a group's items are its subtasks': stopping one freezes its part).
     tasks: dict[str, bool] = {}
     for c, p in zip(gated, cp, strict=True):
-        tasks[c.key.task] = tasks.get(c.key.task, True) and bool(p < futility)
+        for task in (c.subtasks or (c.key.task,)):
+            tasks[task] = tasks.get(task, True) and bool(p < futility)
     done = frozenset(t for t, futile in tasks.items() if futile)
     stop = bool(gated) and len(done) == len(tasks)
     return LookDecision(look, frac, level, "pass" if stop else "continue", powers, done)
