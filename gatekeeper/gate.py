@@ -98,7 +98,7 @@ def run_gate(
     # Fail on a corrupt baseline before loading anything heavy, on a foreign one before lm-eval runs.
     with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
         stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
-        anchor = anchors.load_anchor(baseline_path) if stored is not None else None
+        anchor = load_anchor(baseline_path) if stored is not None else None
 
     def preflight(plan: RunPlan) -> None:
         if stored is not None:
@@ -150,12 +150,30 @@ def gate_run(
     return GateResult(outcome.exit_code, outcome, None, Path(run), report.to_json(outcome), kept)
 
 
+def load_anchor(baseline: Path) -> RunResults | None:
+    """The anchor of ``baseline`` (None: the baseline is its own); a missing anchor file that the
+    history says the suite had is an error: deleting it would turn a drift into a pass."""
+    anchor = anchors.load_anchor(baseline)
+    expected = trend.expected_anchor(baseline) if anchor is None else None
+    if expected:
+        raise GateError(f"{anchors.anchor_path(baseline)}: missing, but the history {trend.trend_path(baseline)} records "
+                        f"anchor {expected} (the reference a person approved); restore the file from git, or reset "
+                        "the anchor on purpose with `gatekeeper baseline pin --current --reason ...`")
+    return anchor
+
+
 def _append_history(baseline: Path, outcome: Outcome, suite: Suite, commit: str | None, model: str | None, *,
                     inside: bool) -> list[TrendEntry]:
     model = model or (outcome.candidate.provenance.manifest or {}).get("model") or outcome.candidate.provenance.model_name
     model = portable_path(model) if isinstance(model, str) else None  # no path of this machine in a committed file
     entry = trend.entry_from_outcome(outcome, baseline=baseline, commit=commit, model=model)
-    return trend.append(baseline, entry, suite, inside=inside)
+    try:
+        return trend.append(baseline, entry, suite, inside=inside)
+    except GateError as err:
+        # A broken history (a merge conflict, a truncated line) must not cost the verdict: the
+        # gate is reported as computed, and the history's problem is said with its repair.
+        outcome.warnings.append(f"history not updated: {err}")
+        return []
 
 
 # ----------------------------------------------------------------------------- sequential
@@ -189,7 +207,7 @@ def run_sequential_gate(
                         f"gatekeeper baseline record RUN_DIR --suite {suite.path})")
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         stored = store.load_baseline(baseline_path)
-        anchor = anchors.load_anchor(baseline_path)
+        anchor = load_anchor(baseline_path)
     policy = policy or suite.policy
     seed = int(suite.seeds.get("random", 0) or 0)
 
@@ -235,7 +253,7 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
                         f"is {seed}; evaluate the looks with this suite (gatekeeper run --look K/L --suite {suite.path})")
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         stored = store.load_baseline(baseline_path)
-        anchor = anchors.load_anchor(baseline_path)
+        anchor = load_anchor(baseline_path)
     _check_look_sizes(found[0], stored, baseline_path)
 
     def evaluate(k: int, done: frozenset[str]) -> list[Path]:
@@ -482,7 +500,7 @@ def compare_paths(
         base_runs = [store.load_any(p, cluster_keys=keys) for p in [base_path, *also_baseline]]
         cand_runs = [store.load_any(p, cluster_keys=keys) for p in [candidate, *also_candidate]]
         # The anchor of a stored baseline is compared too; repeats of the baseline have none.
-        anchor = anchors.load_anchor(base_path) if not also_baseline and base_path.is_file() else None
+        anchor = load_anchor(base_path) if not also_baseline and base_path.is_file() else None
     check_repeats(base_runs, "--also-baseline")  # repeats pass the baseline-vs-candidate checks too
     check_repeats(cand_runs, "--also-candidate")
     base, cand = merge_repeats(base_runs), merge_repeats(cand_runs)

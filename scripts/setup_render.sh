@@ -24,7 +24,9 @@ if ! have_chromium; then
   { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; } || fail "chromium is missing (apt-get install chromium, as root)"
   echo "== render: apt-get install chromium (log: .venv/logs/apt.log)"
   mkdir -p .venv/logs
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >.venv/logs/apt.log 2>&1 \
+  # A timed-out earlier install can leave dpkg half-configured: finish it before adding more.
+  { DEBIAN_FRONTEND=noninteractive dpkg --configure -a && apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >.venv/logs/apt.log 2>&1 \
     || fail "apt-get install chromium failed (see .venv/logs/apt.log)"
 fi
 if [ ! -x "$mmdc" ]; then

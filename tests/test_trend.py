@@ -160,3 +160,42 @@ def test_the_anchor_catches_a_steady_decline_the_nightly_baseline_misses() -> No
         caught_without += _nights(rng, 15, 0.012, 0.008, anchor=False) is not None
     assert caught_with / runs >= 0.9, (caught_with, caught_without)
     assert caught_without / runs <= 0.5, (caught_with, caught_without)
+
+
+def test_a_deleted_anchor_the_history_remembers_is_an_error_and_a_broken_history_costs_no_verdict(
+        tmp_path: Path) -> None:
+    """Issue #27: deleting the anchor file must not turn a drift into a pass; a broken history
+    line is said with its repair, and the gate's verdict (exit 1 here) still comes out."""
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / ".git").mkdir()
+    shutil.copy(ROOT / "examples" / "gatekeeper.yaml", tmp_path / "gatekeeper.yaml")
+    shutil.copytree(ROOT / "examples" / "tasks", tmp_path / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    suite = load_suite(tmp_path / "gatekeeper.yaml")
+    baseline = suite.baseline_path
+    baseline.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz", baseline)
+    regressed = ROOT / "tests" / "fixtures" / "demo-regressed-run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def gate() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(suite.path), "--run",
+                               str(regressed), "--json", str(tmp_path / "r.json")], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+    path = trend.trend_path(baseline)
+    entry = {"date": "2026-11-01T00:00:00Z", "event": "pin", "verdict": "pinned", "baseline_id": "aaaaaaaaaaaa",
+             "anchor_id": "bbbbbbbbbbbb", "rows": []}
+    path.write_text(json.dumps({"format": "gatekeeper-trend", "version": 1, "summary": {}}) + "\n"
+                    + json.dumps(entry) + "\n")
+    proc = gate()
+    assert proc.returncode == 2 and "demo.anchor.json.gz: missing, but the history" in proc.stderr, proc.stderr
+    assert "records anchor bbbbbbbbbbbb" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    path.write_text(path.read_text() + "<<<<<<< HEAD\n")  # a merge conflict left in the file
+    proc = gate()
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the verdict, not an error
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdict"] == "fail"
+    (warning,) = [w for w in report["warnings"] if w.startswith("history not updated")]
+    assert f"{path}:3: not JSON" in warning and "--no-history" in warning

@@ -188,7 +188,8 @@ def _json_line(path: Path, n: int, line: str) -> dict[str, Any]:
         raise GateError(f"{path}:{n}: {exc} is not a finite number; gatekeeper never writes one (fix or delete "
                         "the line, or gate with --no-history)") from None
     except ValueError as exc:
-        raise GateError(f"{path}:{n}: not JSON ({exc})") from None
+        raise GateError(f"{path}:{n}: not JSON ({exc}); fix or delete that line (a merge conflict? keep both "
+                        "sides' lines), or gate with --no-history") from None
     if not isinstance(value, dict):
         raise GateError(f"{path}:{n}: expected an object")
     return value
@@ -205,6 +206,20 @@ def _no_constant(name: str) -> Any:
 _ENTRY_TYPES = {f.name: f.type for f in fields(TrendEntry)}
 _ROW_FIELDS = {f.name for f in fields(TrendRow)}
 _NUMBERS = ("value", "baseline", "anchor", "lo", "hi")
+
+
+def expected_anchor(baseline: Path) -> str | None:
+    """The anchor file id the newest history entry records when the suite had an anchor then
+    (its anchor differed from its baseline), else None; an unreadable history says nothing here
+    (``append`` reports it)."""
+    try:
+        entries, _ = read_trend(baseline)
+    except GateError:
+        return None
+    if not entries:
+        return None
+    last = entries[-1]
+    return last.anchor_id if last.anchor_id and last.anchor_id != last.baseline_id else None
 
 
 def _entry(path: Path, n: int, doc: dict[str, Any]) -> TrendEntry:
