@@ -362,7 +362,7 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
         if not inputs["candidate"]:
             raise GateError("command promote: set the candidate input to the run directory to promote")
         run_dir = _path(job, inputs["candidate"])
-        written = promote_run(run_dir, suite)
+        written = promote_run(run_dir, suite, log=job.warn)
         job.written.append(written.parent)
         text = f"Promoted {run_dir.name} as the new baseline of suite {suite.name}: {written}"
         return Evaluation(0, "promoted", _notice_md(text), text, run_dir=run_dir, suite=suite)

@@ -442,7 +442,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     if args.action == "record":
         path = record_run(Path(args.run_dir), suite, force=args.force)
     else:
-        path = promote_run(Path(args.run_dir), suite, commit=_commit())
+        path = promote_run(Path(args.run_dir), suite, commit=_commit(), log=_out)
     _out(f"baseline written to {path}")
     return EXIT_OK
 

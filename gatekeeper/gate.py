@@ -542,18 +542,43 @@ def record_run(run_dir: Path, suite: Suite, *, force: bool = False, path: Path |
 
 
 def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, history: bool = True,
-                commit: str | None = None) -> Path:
+                commit: str | None = None, log: Callable[[str], Any] | None = None) -> Path:
     """Replace the suite's baseline with ``run_dir``; the previous one moves to ``history/`` (and
-    becomes the anchor when there is none yet); ``history``: the promotion is recorded."""
+    becomes the anchor when there is none yet); ``history``: the promotion is recorded. A run that
+    is worse than the baseline it replaces is promoted all the same (a person asked for it), but
+    ``log`` says what got worse and the history records each row's verdict."""
     results = _run_for(run_dir, suite)
+    before = _against_current(results, suite, Path(path) if path is not None else suite.baseline_path)
+    worse = [c for c in (before.comparisons if before is not None else [])
+             if c.gated and c.verdict in ("regressed", "worse_within_margin", "inconclusive")]
+    if worse and log is not None:
+        log("promote: this run is worse than the baseline it replaces: " + "; ".join(
+            f"{c.key.task} {c.key.metric} {c.test.delta:+.4f} ({c.verdict.replace('_', ' ')})" for c in worse))
     written = store.promote_results(results, suite, path=path)
     if history:
         model = (results.provenance.manifest or {}).get("model") or results.provenance.model_name
         model = portable_path(model) if isinstance(model, str) else None
-        trend.append(written, trend.entry_from_run(results, suite.policy, event="promote", verdict="promoted",
-                                                   baseline=written, commit=commit, model=model),
-                     suite, inside=path is None)
+        entry = trend.entry_from_run(results, suite.policy, event="promote", verdict="promoted",
+                                     baseline=written, commit=commit, model=model)
+        if before is not None:  # each row: the replaced baseline's value and how the run compared
+            rows = {str(c.key): c for c in before.comparisons}
+            entry.rows = [dataclasses.replace(r, baseline=rows[r.key].test.baseline, verdict=rows[r.key].verdict)
+                          if r.key in rows else r for r in entry.rows]
+        trend.append(written, entry, suite, inside=path is None)
     return written
+
+
+def _against_current(results: RunResults, suite: Suite, baseline: Path) -> Outcome | None:
+    """``results`` compared with the baseline it is about to replace; None when there is none or
+    it measured something else (a new suite hash: nothing to compare)."""
+    if not baseline.is_file():
+        return None
+    try:
+        with trusted_code(suite.include_path, tuple(suite.task_names)):
+            stored = store.load_baseline(baseline)
+        return compare_for_suite(stored, results, suite)
+    except GateError:
+        return None
 
 
 def pin_anchor(suite: Suite, *, run_dir: Path | None, reason: str, who: str | None,

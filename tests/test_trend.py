@@ -199,3 +199,29 @@ def test_a_deleted_anchor_the_history_remembers_is_an_error_and_a_broken_history
     assert report["verdict"] == "fail"
     (warning,) = [w for w in report["warnings"] if w.startswith("history not updated")]
     assert f"{path}:3: not JSON" in warning and "--no-history" in warning
+
+
+def test_promoting_a_worse_run_says_what_got_worse_and_the_history_keeps_it(tmp_path: Path) -> None:
+    """Issue #27: a person may promote a worse run on purpose, but never silently."""
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / ".git").mkdir()
+    shutil.copy(ROOT / "examples" / "gatekeeper.yaml", tmp_path / "gatekeeper.yaml")
+    shutil.copytree(ROOT / "examples" / "tasks", tmp_path / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    suite = load_suite(tmp_path / "gatekeeper.yaml")
+    suite.baseline_path.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz", suite.baseline_path)
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "baseline", "promote",
+                           str(ROOT / "tests" / "fixtures" / "demo-regressed-run"), "--suite", str(suite.path)],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "promote: this run is worse than the baseline it replaces: demo_mc acc -0.2024 (regressed); " \
+           "demo_capitals_mc acc -0.4300 (regressed)" in proc.stdout, proc.stdout
+    entries, _ = trend.read_trend(suite.baseline_path)
+    rows = {r.key: r for r in entries[-1].rows}
+    assert entries[-1].event == "promote" and rows["demo_capitals_mc/acc,none"].verdict == "regressed"
+    assert rows["demo_capitals_mc/acc,none"].baseline == pytest.approx(0.935)
+    assert rows["demo_mc/acc,none"].value == pytest.approx(0.7576470588, rel=1e-9)  # the group's row too

@@ -58,6 +58,8 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
     for t, c in zip(tested, comparisons, strict=True):
         if not c.gated or c.margin <= 0 or math.isnan(c.mde) or policy.test == "non-inferiority":
             continue
+        # A row that regressed showed its drop: a warning that it could not would contradict it.
+        shown = c.verdict == "regressed"
         parents = baseline.parents(c.key.task)
         if math.isinf(c.mde):
             # Exact only for right/wrong items (McNemar's counts); elsewhere the MDE is a normal
@@ -69,6 +71,8 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
                               f"that {c.test.n} items can show beyond it (the MDE is infinite; at margin 0 it "
                               f"is {without:.3g}), so this gate can never fail; margins are in the metric's "
                               "own units: lower it")
+            elif shown:
+                continue
             elif math.isfinite(without):
                 warnings.append(f"{c.key}: margin {c.margin:g} leaves no drop {c.test.n} items can show with "
                                 f"80% power (the approximate MDE is infinite; {without:.3g} at margin 0): "
@@ -78,7 +82,7 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
                                 "infinite): the gate fails only on a collapse; add items")
             continue
         bounds = _bounds({**baseline.series, **(groups or {})}[c.key])
-        if bounds and math.isfinite(bounds[1] - bounds[0]) and c.mde > (bounds[1] - bounds[0]) / 2:
+        if not shown and bounds and math.isfinite(bounds[1] - bounds[0]) and c.mde > (bounds[1] - bounds[0]) / 2:
             warnings.append(f"{c.key}: the smallest drop this rule detects with 80% power is {c.mde:.3g}, "
                             f"over half of {c.key.metric}'s range [{bounds[0]:g}, {bounds[1]:g}]: "
                             "only a collapse fails; check the margin's units or add items")
