@@ -399,6 +399,7 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
         return Evaluation(0, "baseline-recorded", _notice_md(notice), notice, report_json=result.report_json,
                           run_dir=result.run_dir, suite=suite)
     ev = _from_outcome(job, result.outcome, suite, result.run_dir, result.report_json)
+    _with_trend(ev, result.trend or _history(base.baseline if base is not None and base.baseline else None))
     if result.trend:
         written = trend.trend_path(baseline or suite.baseline_path)
         job.written.append(written.parent)
@@ -407,6 +408,26 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
             ev.summary += "\n\n" + chart
         ev.trend_markdown = chart
     return ev
+
+
+def _history(baseline: Path | None) -> list[Any]:
+    """The base commit's history (a pull request never writes one), [] when there is none or it
+    cannot be read (the gate's own append reports that)."""
+    if baseline is None:
+        return []
+    try:
+        return trend.read_trend(baseline)[0]
+    except GateError:
+        return []
+
+
+def _with_trend(ev: Evaluation, entries: list[Any]) -> None:
+    """The comment carries each gated metric's trend when there is a history (a sparkline table)."""
+    table = trend_report.compact(entries, [str(c.key) for c in ev.outcome.comparisons if c.gated]) if entries else ""
+    if table:
+        ev.markdown += "\n\n" + table
+        if ev.summary is not None:
+            ev.summary += "\n\n" + table
 
 
 def _sequential_looks(value: str, suite: Suite) -> int | None:

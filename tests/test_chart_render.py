@@ -90,3 +90,18 @@ def test_a_summary_with_charts_for_many_metrics_stays_under_1_mib() -> None:
                                   event="gate", verdict="pass", rows=rows))
     text = draw.markdown(entries)
     assert text.count("xychart-beta") == 100 and len(text.encode()) < 1 << 20
+
+
+def test_a_long_history_renders_numbered_nights_in_the_legend_colours(tmp_path: Path) -> None:
+    """Issue #27: the three lines in the legend's colours (blue, amber, red: readable on GitHub's
+    light and dark backgrounds), and eleven nights numbered instead of eleven overlapping dates."""
+    entries = [TrendEntry(date=f"2026-11-{i + 1:02d}T03:00:00Z", event="gate", verdict="pass",
+                          rows=[TrendRow(key="demo_capitals_mc/acc,none", value=0.935 - i / 200, baseline=0.935,
+                                         anchor=0.935, margin=0.05)]) for i in range(11)]
+    block = re.search(r"```mermaid\n(.*?)```", draw.markdown(entries), re.S)
+    svg = _render(block.group(1), tmp_path)
+    strokes = [re.search(r'stroke="([^"]+)"', m).group(1).lower()
+               for m in re.findall(r'class="line-plot-\d"[^>]*>\s*<path[^>]*>', svg)]
+    assert strokes == [c.lower() for c in draw.PALETTE], strokes
+    assert "night, 2026-11-01 to 2026-11-11" in svg and "2026-11-05" not in svg
+    assert len(_lines(svg)[0]) == 11

@@ -225,3 +225,23 @@ def test_promoting_a_worse_run_says_what_got_worse_and_the_history_keeps_it(tmp_
     assert entries[-1].event == "promote" and rows["demo_capitals_mc/acc,none"].verdict == "regressed"
     assert rows["demo_capitals_mc/acc,none"].baseline == pytest.approx(0.935)
     assert rows["demo_mc/acc,none"].value == pytest.approx(0.7576470588, rel=1e-9)  # the group's row too
+
+
+def test_the_pr_comment_trend_is_a_sparkline_per_gated_metric() -> None:
+    """Issue #27: the PR comment carries the trend (a compact sparkline table) when history exists."""
+    entries = [_entry(d, 0.90 - d / 100, anchor=0.90) for d in range(1, 8)]
+    table = draw.compact(entries, ["t/acc,none"])
+    assert table.startswith("#### Trend on the default branch (last 20 gates)")
+    (row,) = [ln for ln in table.splitlines() if ln.startswith("| t/acc,none")]
+    assert row == "| t/acc,none | █▇▆▄▃▂▁ | 0.83 | 0.9 |"
+    assert draw.compact(entries, ["other/acc,none"]) == "" and draw.compact([], None) == ""
+
+
+def test_long_histories_number_the_nights_and_every_chart_has_a_legend() -> None:
+    entries = [_entry(d, 0.9) for d in range(1, 13)]
+    text = draw.markdown(entries)
+    assert 'x-axis "night, 2026-11-01 to 2026-11-12" 1 --> 12' in text
+    assert "🟦 each night's value · 🟨 the anchor · 🟥 the margin's edge" in text
+    assert '"plotColorPalette": "#2f81f7, #d4a72c, #e5534b"' in text
+    short = draw.markdown(entries[:3])
+    assert 'x-axis ["2026-11-01", "2026-11-02", "2026-11-03"]' in short

@@ -28,6 +28,7 @@ from typing import Any
 
 from gatekeeper.baseline import gitbase, store
 from gatekeeper.baseline.anchor import anchor_path
+from gatekeeper.baseline.trend import trend_path
 from gatekeeper.compare.compat import check_suite_hash
 from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults
@@ -122,6 +123,12 @@ def base_tree(workspace: Path, sha: str, suite_input: str, *, baseline_input: st
         anchor_blob = _read_file(repo, sha, anchor_rel, "anchor", why, missing_ok=True)
         if anchor_blob is not None:
             _write(root, anchor_rel, anchor_blob)
+        # And its history: the PR comment's trend, and which anchor the default branch had.
+        trend_rel = str(PurePosixPath(baseline_rel).with_name(trend_path(Path(PurePosixPath(baseline_rel).name)).name))
+        _refuse_worktree_links(repo, trend_rel, "history")
+        trend_blob = _read_file(repo, sha, trend_rel, "history", why, missing_ok=True)
+        if trend_blob is not None:
+            _write(root, trend_rel, trend_blob)
         notes = _notes(repo, sha, _short(why), suite_rel, include_rel, baseline_rel,
                        default_baseline if baseline_input is None else None, base_suite, data, stored)
         yield BaseTree(sha=sha, root=root, suite=base_suite, baseline=baseline, notes=notes)

@@ -17,6 +17,12 @@ from gatekeeper.model import TrendEntry, TrendRow
 
 SPARKS = "▁▂▃▄▅▆▇█"
 CHART_POINTS = 60  # nights per chart: a readable x-axis
+DATED_POINTS = 8  # up to this many nights, each is labelled with its date; more: numbered 1..N
+# The three lines, in order: mid-tone colours readable on GitHub's light and dark backgrounds,
+# told apart by hue (blue, amber, red) and named in the legend above each chart.
+PALETTE = ("#2f81f7", "#d4a72c", "#e5534b")
+LEGEND = ("🟦 each night's value", "🟨 the anchor", "🟥 the margin's edge")
+_INIT = ('%%{init: {"themeVariables": {"xyChart": {"plotColorPalette": "' + ", ".join(PALETTE) + '"}}}}%%')
 _LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.,:/()+ -]")
 
 
@@ -55,12 +61,19 @@ def mermaid(entries: list[TrendEntry], metrics: list[str] | None = None, *, poin
         anchors = [_carry(anchor_value(r), values[i]) for i, (_, r) in enumerate(rows)]
         edges = [_carry(edge(r), anchors[i]) for i, (_, r) in enumerate(rows)]
         lo, hi = _axis([*values, *anchors, *edges])
-        labels = ", ".join(f'"{x}"' for x in _x_labels([e.date for e, _ in rows]))
+        dates = [e.date for e, _ in rows]
+        if len(rows) <= DATED_POINTS:
+            x_axis = "[" + ", ".join(f'"{x}"' for x in _x_labels(dates)) + "]"
+        else:  # dates would overlap: number the nights, and say which dates they span
+            x_axis = f'"night, {_day(dates[0])} to {_day(dates[-1])}" 1 --> {len(rows)}'
         blocks.append("\n".join([
+            f"{LEGEND[0]} · {LEGEND[1]} · {LEGEND[2]}",
+            "",
             "```mermaid",
+            _INIT,
             "xychart-beta",
             f'    title "{_label(key)}"',
-            f"    x-axis [{labels}]",
+            f"    x-axis {x_axis}",
             f'    y-axis "{_label(key.rsplit("/", 1)[-1])}" {_n(lo)} --> {_n(hi)}',
             f"    line [{', '.join(_n(v) for v in values)}]",
             f"    line [{', '.join(_n(v) for v in anchors)}]",
@@ -79,8 +92,25 @@ def markdown(entries: list[TrendEntry], metrics: list[str] | None = None) -> str
     pinned = (f" The anchor was last pinned on {_day(pins[-1].date)}"
               + (f" by {_label(pins[-1].who or '')}" if pins[-1].who else "")
               + (f": {_label(pins[-1].why or '')}." if pins[-1].why else ".")) if pins else ""
-    return ("#### Trend\n\nEach night's value (first line), the anchor (second) and the margin's edge "
-            f"(third): a night past the edge is a drop beyond the margin since the anchor.{pinned}\n\n{charts}")
+    return ("#### Trend\n\nEach night's value, the anchor and the margin's edge: a night past the edge is a "
+            f"drop beyond the margin since the anchor.{pinned}\n\n{charts}")
+
+
+def compact(entries: list[TrendEntry], metrics: list[str] | None = None, *, points: int = 20,
+            rows: int = 30) -> str:
+    """The PR comment's trend: per gated metric, its last ``points`` gates on the default branch as
+    a sparkline, with the newest value and the anchor ("" without history)."""
+    found = series(entries, metrics)
+    if not found:
+        return ""
+    lines = [f"#### Trend on the default branch (last {points} gates)", "",
+             "| metric | trend | newest | anchor |", "|---|---|---:|---:|"]
+    for key, pts in list(found.items())[:rows]:
+        values = [r.value for _, r in pts[-points:]]
+        lines.append(f"| {_label(key)} | {sparkline(values)} | {_num(values[-1])} | {_num(anchor_value(pts[-1][1]))} |")
+    if len(found) > rows:
+        lines.append(f"\n{len(found) - rows} more metrics: `gatekeeper history --suite ...`")
+    return "\n".join(lines)
 
 
 def sparkline(values: list[float]) -> str:
