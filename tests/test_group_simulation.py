@@ -120,6 +120,19 @@ def test_a_group_whose_reported_score_does_not_reproduce_is_named() -> None:
     cand = replace(cand, groups={"mmlu": {"acc,none": 0.123}})
     with pytest.raises(GateError, match=r"group mmlu: acc,none is reported as 0.123, but its subtasks' items give"):
         compare_runs(base, cand, Policy(alpha=ALPHA))
-    missing = replace(cand, groups={}, group_subtasks={"mmlu": [*sorted(cand.tasks), "sub99"]})
+    missing = _grouped(replace(cand, groups={}), True)
+    leaves = [*sorted(cand.tasks), "sub99"]
+    manifest = {"groups": {"mmlu": {**missing.provenance.manifest["groups"]["mmlu"], "leaves": leaves}}}
+    missing = replace(missing, group_subtasks={"mmlu": leaves},
+                      provenance=replace(missing.provenance, manifest=manifest))
     with pytest.raises(GateError, match=r"group mmlu lists subtask sub99, which is not in the run"):
         compare_runs(base, missing, Policy(alpha=ALPHA))
+
+
+def test_a_subtask_list_that_disagrees_between_manifest_and_results_is_named() -> None:
+    rng = np.random.default_rng(2406)
+    base, cand = _pair(rng, _sizes(rng), np.zeros(N_TASKS))
+    leaves = sorted(cand.tasks)
+    other = replace(cand, group_subtasks={"mmlu": leaves[:-1], "other": leaves[-1:]})
+    with pytest.raises(GateError, match=r"group mmlu: the run's manifest lists subtasks .* the two disagree"):
+        compare_runs(base, other, Policy(alpha=ALPHA))

@@ -165,6 +165,11 @@ def _from_spec(run: RunResults, name: str, leaves: tuple[str, ...],
     aggregates = spec.get("aggregate") or []
     if not isinstance(aggregates, list):
         raise GateError(f"{run.provenance.source}: manifest groups.{name}.aggregate is not a list")
+    recorded = spec.get("leaves")
+    if isinstance(recorded, list) and run.group_subtasks.get(name) and set(map(str, recorded)) != set(leaves):
+        raise GateError(f"{run.provenance.source}: group {name}: the run's manifest lists subtasks "
+                        f"{sorted(map(str, recorded))[:5]}, results.json's group_subtasks {sorted(leaves)[:5]}; "
+                        "the two disagree (edited, or files of two runs mixed)")
     if not aggregates:
         return [], [f"group {name}: no aggregate_metric_list, so lm-eval reports no group score; "
                     "its subtasks are tested, the group is not"]
