@@ -299,6 +299,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     _check_writable(args.json, args.markdown)
     if (args.model is None) == (args.run is None):
         raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run), not both")
+    if args.dry_run:
+        return _dry_run(args)
     if args.sequential and args.run is not None:
         return _judge_looks(args)
     if args.run is not None:
@@ -361,6 +363,24 @@ def cmd_gate(args: argparse.Namespace) -> int:
     finally:
         if not args.out:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """``gate --dry-run``: the checks and a few rendered prompts, no evaluation."""
+    from gatekeeper.gate import dry_run_gate
+
+    clash = [flag for flag, on in (("--run", args.run), ("--out", args.out), ("--record-missing", args.record_missing),
+                                   ("--sequential", args.sequential), ("--looks", args.looks),
+                                   ("--json", args.json), ("--markdown", args.markdown)) if on]
+    if clash:
+        raise GateError(f"gate --dry-run: {', '.join(clash)} does not apply (a dry run evaluates nothing and "
+                        "writes nothing)")
+    if args.model is None:
+        raise GateError("gate --dry-run: give --model (the checkpoint the gate would evaluate)")
+    with _measurement(args, need_baseline=False) as (suite, base_baseline):
+        _out(dry_run_gate(suite.path, args.model, baseline=base_baseline or args.baseline, revision=args.revision,
+                          device=args.device, log=_out))
+    return EXIT_OK
 
 
 def _judge_looks(args: argparse.Namespace) -> int:
@@ -646,6 +666,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "policy.sequential.looks, else 4)")
     p.add_argument("--no-history", action="store_true",
                    help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything a gate checks before it pays for the model (suite, task names, datasets, "
+                        "baseline, margins, device), print the items, a time estimate and 3 rendered prompts per "
+                        "task; evaluate nothing")
     _add_mlflow(p)
     _add_from_commit(p)
     p.set_defaults(func=cmd_gate)

@@ -126,6 +126,66 @@ def run_gate(
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome), kept)
 
 
+def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | None = None,
+                 policy: Policy | None = None, revision: str | None = None, device: str | None = None,
+                 log: Callable[[str], Any] = print, examples: int = 3) -> str:
+    """``gate --dry-run``: every check a gate makes before it pays for the model (suite, task
+    names, datasets, the baseline and anchor against the suite and the built tasks, margins, the
+    device), the items it would evaluate, an estimate of the time from the baseline's own run,
+    and ``examples`` rendered prompts per task. Returns the text to print; raises GateError."""
+    suite = load_suite(suite_path)
+    baseline_path = Path(baseline) if baseline else suite.baseline_path
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
+        anchor = load_anchor(baseline_path) if stored is not None else None
+
+    def preflight(plan: RunPlan) -> None:
+        if stored is not None:
+            check_baseline_before(stored, suite, plan)
+            if anchor is not None:
+                check_baseline_before(anchor, suite, plan)
+            unreachable = margins.unreachable(stored, policy or suite.policy)[0]
+            if unreachable:
+                raise GateError(margins.refusal(unreachable))
+
+    checked = runner.dry_run(suite, model, revision=revision, device=device, log=log, preflight=preflight,
+                             examples=examples)
+    total = sum(checked.items.values())
+    lines = [f"dry run of suite {suite.name} on {model}: every check passed, nothing evaluated",
+             f"lm-eval {checked.lm_eval_version}, backend {checked.backend}, device {checked.device}",
+             "baseline: " + (f"{baseline_path} matches the suite and the built tasks"
+                             + (" (and its anchor)" if anchor is not None else "") if stored is not None
+                             else f"none at {baseline_path} (a gate would need --record-missing)"),
+             f"items: {total:,} in {len(checked.items)} tasks ("
+             + ", ".join(f"{t} {n:,}" for t, n in checked.items.items()) + ")",
+             "time: " + _time_estimate(stored, total)]
+    for task, shown in checked.prompts.items():
+        lines.append(f"\n{task}: the first {len(shown)} requests as lm-eval builds them")
+        for context, rest in shown:
+            lines.append(f"  > {_shown(context)}" + (f"  ⟶ {_shown(rest)}" if rest else ""))
+    return "\n".join(lines)
+
+
+def _time_estimate(stored: RunResults | None, items: int) -> str:
+    """From the baseline's own run (same suite; another machine may differ): its evaluation time
+    per item, model loading left out."""
+    manifest = (stored.provenance.manifest if stored is not None else None) or {}
+    try:
+        wall = float(manifest.get("wall_seconds") or 0.0) - float(manifest.get("model_load_seconds") or 0.0)
+    except (TypeError, ValueError):
+        wall = 0.0
+    done = sum(int((n or {}).get("effective") or 0) for n in (stored.provenance.n_samples if stored else {}).values())
+    if wall <= 0 or done <= 0:
+        return "unknown (the baseline records no run time)"
+    where = (manifest.get("hardware") or {}).get("gpu") or (manifest.get("hardware") or {}).get("cpu") or "its machine"
+    return f"about {wall / done * items:,.0f} s of evaluation, as the baseline's run took on {where}"
+
+
+def _shown(text: str, limit: int = 240) -> str:
+    one = " ".join(str(text).split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
 def gate_run(
     suite_path: str | Path,
     run: str | Path,

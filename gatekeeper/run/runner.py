@@ -262,6 +262,62 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
     return target
 
 
+# ----------------------------------------------------------------------------- dry run
+
+
+@dataclass
+class DryRun:
+    """What ``gate --dry-run`` checked and would evaluate: no weights loaded, nothing written."""
+
+    lm_eval_version: str
+    backend: str
+    device: str
+    items: dict[str, int]  # leaf task -> documents it would evaluate
+    prompts: dict[str, list[tuple[str, str]]]  # leaf task -> (context, continuation) as lm-eval builds them
+    plan: RunPlan
+
+
+def dry_run(suite: Suite, model: str, *, revision: str | None = None, device: str | None = None,
+            log: Log = print, preflight: Callable[[RunPlan], Any] | None = None, examples: int = 3) -> DryRun:
+    """Every check ``run_suite`` makes before the model is loaded: lm-eval pin, backend, model
+    path, task names, datasets (lm-eval builds every task, downloading what it needs), the
+    suite's names, ``preflight`` (the baseline), the device; then ``examples`` rendered requests
+    per task. Loads no weights and writes no run."""
+    t0 = time.perf_counter()
+    lm_eval_version = check_lm_eval(suite)
+    settings = _settings(suite, model, revision, device, None, None, None)
+    backends.check_available(settings.backend.name, str(suite.path))
+    check_model(model)
+    with _quiet_output(log, t0):
+        task_manager = _task_manager(suite, settings.model_args)
+        top, leaves, groups = _load_tasks(suite, task_manager)
+        plan = task_plan(leaves, groups, settings.limit)
+        plan.task_files = task_files(suite, task_manager, leaves)
+        names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
+        if preflight is not None:
+            preflight(plan)
+        where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
+        prompts = {name: _rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
+    items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
+    return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan)
+
+
+def _rendered(task: Any, examples: int) -> list[tuple[str, str]]:
+    """The first ``examples`` documents' requests as lm-eval builds them (few-shot included)."""
+    try:
+        task.build_all_requests(limit=examples, rank=0, world_size=1)
+    except Exception as exc:  # noqa: BLE001 - a template that does not render is the user's to see
+        raise GateError(f"task {task.config.task}: its prompts do not render: {_one_line(exc)}") from None
+    by_doc: dict[int, tuple[str, list[str]]] = {}
+    for inst in task.instances:  # a multiple-choice document has one request per choice
+        context = str(inst.args[0]) if inst.args else ""
+        choices = by_doc.setdefault(inst.doc_id, (context, []))[1]
+        if len(inst.args) > 1 and isinstance(inst.args[1], str):
+            choices.append(inst.args[1].strip())
+    task._instances = None  # lm-eval builds them again for a real run
+    return [(context, " | ".join(choices)) for _, (context, choices) in sorted(by_doc.items())][:examples]
+
+
 # ----------------------------------------------------------------------------- pre-flight checks
 
 
