@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,8 @@ def test_plan_prints_each_gated_metric_and_says_what_it_cannot_resolve() -> None
     proc = _plan()
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "plan for suite demo: alpha 0.05, 4 gated metrics" in out
+    assert "plan for suite demo: alpha 0.05, 5 gated metrics" in out
+    assert re.search(r"^demo_mc acc \(none\) +425 ", out, re.M), out  # the group's own row (issue #24)
     assert "demo_capitals_mc acc (none)" in out and "flips 5.0% (assumed)" in out
     # 200 items cannot resolve a 2-point margin at an assumed 5% flip rate: said, with the drop that can.
     assert "demo_capitals_mc acc: the margin 0.02 is below what 200 items resolve" in out
@@ -41,6 +43,8 @@ def test_plan_prints_each_gated_metric_and_says_what_it_cannot_resolve() -> None
     assert "word_perplexity: no second run of these items" in out
     data = json.loads(_plan("--format", "json").stdout)
     caps = next(m for m in data["metrics"] if m["task"] == "demo_capitals_mc")
+    group = next(m for m in data["metrics"] if m["task"] == "demo_mc")
+    assert group["kind"] == "group" and group["n"] == 425 and group["mde"] < caps["mde"]
     assert caps["n"] == 200 and caps["resolves"] is False and caps["items_for_twice_margin"] > 200
     assert 0.0 < data["sequential_share"] < 0.7
     md = _plan("--format", "markdown").stdout

@@ -92,7 +92,8 @@ def test_the_chart_draws_the_values_the_anchor_and_the_margin_edge() -> None:
     entries = [_entry(1, 0.90), _entry(2, 0.88, anchor=0.91), _entry(3, 0.86, anchor=0.91),
                _entry(3, 0.0, event="promote")]  # promotions are not points: the gate measured them
     chart = draw.mermaid(entries)
-    assert chart.startswith("```mermaid\nxychart-beta\n") and chart.endswith("```")
+    assert chart.startswith(f"{' · '.join(draw.LEGEND)}\n\n```mermaid\n%%{{init:") and chart.endswith("```")
+    assert "\nxychart-beta\n" in chart
     lines = [line.strip() for line in chart.splitlines() if line.strip().startswith("line [")]
     assert lines == ["line [0.9, 0.88, 0.86]", "line [0.91, 0.91, 0.91]", "line [0.89, 0.89, 0.89]"]
     assert 'x-axis ["2026-11-01", "2026-11-02", "2026-11-03"]' in chart

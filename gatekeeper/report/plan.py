@@ -66,7 +66,8 @@ def to_json(p: Plan) -> dict[str, Any]:
     return {
         "suite": p.suite, "alpha": p.alpha, "looks": p.looks, "against": p.against,
         "sequential_share": _finite(p.sequential_share),
-        "metrics": [{"task": r.key.task, "filter": r.key.filter, "metric": r.key.metric, "n": r.n,
+        "metrics": [{"task": r.key.task, "kind": "group" if r.group else "task", "filter": r.key.filter,
+                     "metric": r.key.metric, "n": r.n,
                      "margin": r.margin, "level": r.level, "test": r.test, "flip_rate": r.flip_rate,
                      "spread_from": r.spread_from, "mde": _finite(r.mde),
                      "items_for_twice_margin": _finite(r.items_needed),
