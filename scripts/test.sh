@@ -8,5 +8,7 @@ echo "== ruff"
 .venv/bin/ruff check gatekeeper tests benchmarks scripts examples
 echo "== pytest"
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# -rs: a skipped test says why (only the container test may skip: no Docker daemon to be had)
-exec .venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"
+# -rs: a skipped test says why (only the container test may skip: no Docker daemon to be had).
+# -n 2 --dist loadfile: both cores, each test file on one worker (its module fixtures evaluate the
+# demo once); --durations 25: the slowest tests, every run (tests/conftest.py holds the CPU budget).
+exec .venv/bin/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --durations=25 "$@"
