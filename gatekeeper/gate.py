@@ -95,21 +95,7 @@ def run_gate(
             f"{baseline_path}: no baseline file; record one on purpose with "
             "`gatekeeper gate --record-missing ...` (or `gatekeeper baseline record RUN_DIR --suite ...`)"
         )
-    # Fail on a corrupt baseline before loading anything heavy, on a foreign one before lm-eval runs.
-    with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
-        stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
-        anchor = load_anchor(baseline_path) if stored is not None else None
-
-    def preflight(plan: RunPlan) -> None:
-        if stored is not None:
-            check_baseline_before(stored, suite, plan)
-            if anchor is not None:
-                check_baseline_before(anchor, suite, plan)
-            # A margin no drop can exceed is refused before the GPU time is spent, not after.
-            unreachable = margins.unreachable(stored, policy or suite.policy)[0]
-            if unreachable:
-                raise GateError(margins.refusal(unreachable))
-
+    stored, anchor, preflight = _reference(suite, baseline_path, policy)
     run_dir = runner.run_suite(suite, model, Path(out_dir), revision=revision, device=device, log=log,
                                preflight=preflight, batch_size=batch_size)
     if stored is None:
@@ -126,6 +112,27 @@ def run_gate(
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome), kept)
 
 
+def _reference(suite: Suite, baseline_path: Path, policy: Policy | None
+               ) -> tuple[RunResults | None, RunResults | None, Callable[[RunPlan], None]]:
+    """(stored baseline or None, its anchor or None, the pre-run check against both): a corrupt
+    baseline fails before anything heavy loads, a foreign one before lm-eval runs."""
+    with trusted_code(suite.include_path, tuple(suite.task_names)):  # the suite's task code may define !function aggregations
+        stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
+        anchor = load_anchor(baseline_path) if stored is not None else None
+
+    def preflight(plan: RunPlan) -> None:
+        if stored is not None:
+            check_baseline_before(stored, suite, plan)
+            if anchor is not None:
+                check_baseline_before(anchor, suite, plan)
+            # A margin no drop can exceed is refused before the GPU time is spent, not after.
+            unreachable = margins.unreachable(stored, policy or suite.policy)[0]
+            if unreachable:
+                raise GateError(margins.refusal(unreachable))
+
+    return stored, anchor, preflight
+
+
 def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | None = None,
                  policy: Policy | None = None, revision: str | None = None, device: str | None = None,
                  log: Callable[[str], Any] = print, examples: int = 3) -> str:
@@ -135,19 +142,7 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
     and ``examples`` rendered prompts per task. Returns the text to print; raises GateError."""
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
-    with trusted_code(suite.include_path, tuple(suite.task_names)):
-        stored = store.load_baseline(baseline_path) if baseline_path.is_file() else None
-        anchor = load_anchor(baseline_path) if stored is not None else None
-
-    def preflight(plan: RunPlan) -> None:
-        if stored is not None:
-            check_baseline_before(stored, suite, plan)
-            if anchor is not None:
-                check_baseline_before(anchor, suite, plan)
-            unreachable = margins.unreachable(stored, policy or suite.policy)[0]
-            if unreachable:
-                raise GateError(margins.refusal(unreachable))
-
+    stored, anchor, preflight = _reference(suite, baseline_path, policy)
     checked = runner.dry_run(suite, model, revision=revision, device=device, log=log, preflight=preflight,
                              examples=examples)
     total = sum(checked.items.values())

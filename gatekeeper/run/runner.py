@@ -193,13 +193,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         settings.cache_key = cache.secret_key()
         log(f"request cache: {settings.cache}_rank0.db")
     with _quiet_output(log, t0):
-        task_manager = _task_manager(suite, settings.model_args)
-        top, leaves, groups = _load_tasks(suite, task_manager)
-        plan = task_plan(leaves, groups, settings.limit)
-        plan.task_files = task_files(suite, task_manager, leaves)
-        names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
-        if preflight is not None:
-            preflight(plan)
+        task_manager, top, leaves, plan = _built(suite, settings, preflight)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
         looked = look_manifest(look, top, leaves, settings.limit) if look is not None else None
         if settings.backend.local_device:
@@ -289,17 +283,25 @@ def dry_run(suite: Suite, model: str, *, revision: str | None = None, device: st
     backends.check_available(settings.backend.name, str(suite.path))
     check_model(model)
     with _quiet_output(log, t0):
-        task_manager = _task_manager(suite, settings.model_args)
-        top, leaves, groups = _load_tasks(suite, task_manager)
-        plan = task_plan(leaves, groups, settings.limit)
-        plan.task_files = task_files(suite, task_manager, leaves)
-        names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
-        if preflight is not None:
-            preflight(plan)
+        _, _, leaves, plan = _built(suite, settings, preflight)
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
         prompts = {name: _rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
     return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan)
+
+
+def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any] | None
+           ) -> tuple[Any, list[Any], dict[str, tuple[Any, Any]], RunPlan]:
+    """lm-eval's tasks built (datasets read), the suite's names checked against them, then
+    ``preflight``: (task manager, top-level tasks, leaves, plan)."""
+    task_manager = _task_manager(suite, settings.model_args)
+    top, leaves, groups = _load_tasks(suite, task_manager)
+    plan = task_plan(leaves, groups, settings.limit)
+    plan.task_files = task_files(suite, task_manager, leaves)
+    names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
+    if preflight is not None:
+        preflight(plan)
+    return task_manager, top, leaves, plan
 
 
 def _rendered(task: Any, examples: int) -> list[tuple[str, str]]:
