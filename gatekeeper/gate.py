@@ -384,7 +384,8 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
         candidate = subset.join(runs, news)
         docs = subset.docs_of(candidate)
         # Interim looks test at tiny levels, where mid-p runs above nominal: the exact test there.
-        look_policy = dataclasses.replace(policy, alpha=float(levels[k - 1]), exact_mcnemar=k < looks)
+        look_policy = dataclasses.replace(policy, alpha=float(levels[k - 1]), exact_mcnemar=k < looks,
+                                          look=(k, tuple(float(x) for x in t), policy.alpha))
         outcome = compare_for_suite(subset.restrict(stored, docs), candidate, suite, look_policy,
                                     anchor=subset.restrict(anchor, docs) if anchor is not None else None)
         decision = sequential.decide(outcome, k, t, policy.alpha, futility)

@@ -5,8 +5,11 @@ false alarms at alpha, power close to it, items saved on harmless changes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from gatekeeper.compare import sequential as seq
 from gatekeeper.compare.compare import compare_runs
@@ -47,6 +50,12 @@ def _policy(alpha: float, margin: float) -> Policy:
                   rules=[Rule(task="*", metric="*", margin=margin)])
 
 
+def _look_policy(k: int, t: np.ndarray, margin: float) -> Policy:
+    """The policy ``gate --sequential`` compares look ``k`` with (gate._sequential_looks)."""
+    return replace(_policy(float(seq.look_levels(t, ALPHA)[k - 1]), margin), exact_mcnemar=k < len(t),
+                   look=(k, tuple(float(x) for x in t), ALPHA))
+
+
 def _binary(rng: np.random.Generator, n: int, drop: float, flip: float) -> tuple[np.ndarray, np.ndarray]:
     base = (rng.random(n) < 0.7).astype(float)
     u = rng.random(n)
@@ -83,7 +92,6 @@ def _trial(rng, make, m: int, n: int, drop: float, flip: float, margin: float, l
     fixed = compare_runs(base, cand, _policy(ALPHA, margin)).verdict
     order = rng.permutation(n)
     t = seq.fractions(looks)
-    levels = seq.look_levels(t, ALPHA)
     used = {f"t{j}": 0 for j in range(m)}
     for k in range(1, looks + 1):
         for task in used:
@@ -92,7 +100,7 @@ def _trial(rng, make, m: int, n: int, drop: float, flip: float, margin: float, l
         take = {task: np.sort(order[:abs(u)]) for task, u in used.items()}
         out = compare_runs(run(*[_series(f"t{j}", b[take[f"t{j}"]]) for j, (b, _) in enumerate(pairs)]),
                            run(*[_series(f"t{j}", c[take[f"t{j}"]]) for j, (_, c) in enumerate(pairs)]),
-                           _policy(float(levels[k - 1]), margin))
+                           _look_policy(k, t, margin))
         d = seq.decide(out, k, t, ALPHA)
         if d.decision != "continue":
             return fixed, d.decision, sum(abs(u) for u in used.values()) / (n * m)
@@ -192,11 +200,10 @@ def _drift_trial(rng: np.random.Generator, n: int, since_anchor: float, since_ba
     fixed = compare_runs(runs[1], runs[2], _policy(ALPHA, margin), anchor=runs[0]).verdict
     order = rng.permutation(n)
     t = seq.fractions(looks)
-    levels = seq.look_levels(t, ALPHA)
     for k in range(1, looks + 1):
         take = np.sort(order[:round(n * t[k - 1])])
         a, b, c = (run(_series("t0", x[take])) for x in (anchor, base, cand))
-        out = compare_runs(b, c, _policy(float(levels[k - 1]), margin), anchor=a)
+        out = compare_runs(b, c, _look_policy(k, t, margin), anchor=a)
         d = seq.decide(out, k, t, ALPHA)
         if d.decision != "continue":
             return fixed, d.decision
@@ -212,3 +219,27 @@ def test_a_drift_since_the_anchor_is_not_passed_early() -> None:
     fixed = sum(f == "drift" for f, _ in res)
     sequential = sum(s == "fail" for _, s in res)
     assert fixed == 40 and sequential >= fixed - 1, (fixed, sequential)
+
+
+@pytest.mark.parametrize(("m", "looks"), [(10, 4), (20, 5)])
+def test_the_suite_wide_false_alarm_rate_stays_at_alpha_over_looks_and_metrics(m: int, looks: int) -> None:
+    """Issue #26: m independent continuous metrics, no change, normal theory (each metric's
+    statistic a Brownian path over the looks), 200,000 runs. Holm with each rank on its own
+    O'Brien-Fleming boundary (``holm_look_levels``, what the gate uses) keeps the suite at alpha;
+    dividing the look's level by m (the gate before) did not: 0.0535 at m = 10, 4 looks."""
+    rng = np.random.default_rng(2600 + m)
+    t = seq.fractions(looks)
+    runs = 200_000
+    steps = rng.normal(size=(runs, m, looks)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
+    z = np.cumsum(steps, axis=2) / np.sqrt(t)  # each look's standardized statistic
+    p = norm.sf(z)
+    first = np.array([seq.look_levels(t, ALPHA / m)[k] for k in range(looks)])  # Holm's first rank
+    divided = seq.look_levels(t, ALPHA) / m
+    exact = float((p < first).any(axis=(1, 2)).mean())  # a false alarm = the first rank rejected at some look
+    before = float((p < divided).any(axis=(1, 2)).mean())
+    se = np.sqrt(ALPHA * (1 - ALPHA) / runs)
+    assert exact <= ALPHA + 2 * se, exact
+    assert before > ALPHA + 2 * se, before  # the old split was over alpha
+    # The gate's function gives exactly these levels: the smallest p at the first rank's boundary.
+    levels = seq.holm_look_levels(np.linspace(1e-6, 0.5, m), t, 1, ALPHA)
+    assert levels[0] == pytest.approx(first[0], rel=1e-12)

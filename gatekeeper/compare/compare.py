@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gatekeeper.compare import margins, stats
+from gatekeeper.compare import margins, sequential, stats
 from gatekeeper.compare.compat import check_compatible, pair_series
 from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Outcome
 from gatekeeper.compare.verdict import Tested, decide, resolution_warnings
@@ -143,8 +143,16 @@ def compare_runs(
     gated_idx = [i for i, t in enumerate(family) if t.gated]
     correction = _correction(policy)
     raw = np.array([family[i].p for i in gated_idx])
-    adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
-    levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
+    if policy.look is not None and correction == "holm" and raw.size:
+        # A sequential look: each Holm rank on its own boundary; the adjusted p is scaled so that
+        # adjusted < the look's alpha exactly when p < its level (what the verdict reads).
+        look, fractions, overall = policy.look
+        look_levels = sequential.holm_look_levels(raw, np.asarray(fractions), look, overall)
+        levels = dict(zip(gated_idx, look_levels.tolist(), strict=True))
+        adjusted = dict(zip(gated_idx, np.minimum(1.0, raw * policy.alpha / look_levels).tolist(), strict=True))
+    else:
+        adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
+        levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
     # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
     per_alpha = policy.alpha / max(1, len(gated_idx)) if correction != "none" else policy.alpha
 

@@ -92,6 +92,10 @@ class Policy:
     # Set by a sequential gate at its interim looks (not a suite key): the exact conditional McNemar
     # p-value, never above nominal size at the tiny levels those looks test at, instead of mid-p.
     exact_mcnemar: bool = False
+    # Set by a sequential gate at an interim or final look (not a suite key): (look, the looks'
+    # information fractions, the suite's alpha): Holm then tests each rank on its own
+    # group-sequential boundary (``compare/sequential.holm_look_levels``).
+    look: tuple[int, tuple[float, ...], float] | None = None
     # Said once per report (deprecated spellings); not part of what the policy decides.
     warnings: list[str] = field(default_factory=list, compare=False)
     # Where the default margin was set (a file line, "--margin"), for messages only.
