@@ -409,6 +409,10 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
     report_json = report.to_json(outcome)
     report_json["sequential"] = info
     outcome.notes.append(info["summary"])
+    if info["partial"]:  # the tables' baseline and candidate columns are the sample's, not the suite's
+        outcome.notes.append(f"the baseline and candidate values above are over the {info['evaluated']:,} of "
+                             f"{info['total']:,} items the looks evaluated (the same items on both sides), "
+                             "not the whole suite's scores")
     code = 0 if waiting is not None else outcome.exit_code
     return GateResult(code, outcome, None, None, report_json)
 

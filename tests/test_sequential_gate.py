@@ -51,6 +51,9 @@ def test_the_regressed_checkpoint_fails_at_the_first_look(tmp_path: Path) -> Non
     seq = report["sequential"]
     assert proc.returncode == 1 and report["verdict"] == "fail"
     assert seq["decision"] == "fail" and seq["stopped_at"] == 1 and seq["partial"]
+    # The values shown are the sample's, and the report says so (issue #26).
+    assert any(n.startswith(f"the baseline and candidate values above are over the {seq['evaluated']:,} of")
+               for n in report["notes"]), report["notes"]
     assert seq["evaluated"] / seq["total"] < 0.4
     # Interim looks use the exact McNemar p-value (mid-p runs above nominal at tiny levels).
     tests = {c["test"] for c in report["comparisons"] if c["test"].startswith("mcnemar")}
