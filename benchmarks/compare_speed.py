@@ -20,9 +20,12 @@ is what to trust on a shared machine). Prints the ratios B/A and C/A. Goal on 2 
 and B/A >= 20; C/A says how gatekeeper's whole command (reading, tests, MDE, reports) compares
 with only the resampling loop a naive gate would run.
 Usage: python benchmarks/compare_speed.py [--resamples 10000] [--lmeval-iters N] [--keep DIR] [--confusion]
+                                         [--groups N]
 `--lmeval-iters` runs lm-eval with fewer resamples and extrapolates linearly (it says so).
 `--confusion`: 20% of the items are in two-choice tasks that also report f1 and mcc
 (matthews_corrcoef), tested through per-item confusion counts.
+`--groups N`: the acc tasks in N lm-eval groups under one outer group; every group's aggregate is
+gated too (issue #24: run with and without it to compare wall time and peak memory).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from benchmarks import figures as figures_mod  # noqa: E402
 
 N_TASKS, N_ITEMS, RATIO_SHARE = 60, 100_000, 0.10
 CONFUSION_SHARE = 0.0  # --confusion: 0.20
+GROUPS = 0  # --groups N: the acc tasks in N lm-eval groups under one outer group (issue #24)
 TS = "2026-01-01T00-00-00.000000"
 RATIO_METRICS = {"word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
                  "bits_per_byte": "bits_per_byte"}
@@ -123,13 +127,34 @@ def _write_run(root: Path, name: str, data: dict[str, dict[str, np.ndarray]]) ->
         configs[task] = {"task": task, "output_type": output_type, "num_fewshot": 0, "metric_list": metric_list,
                          "metadata": {"version": 1.0}}
         versions[task], nshot[task], nsamp[task] = 1.0, 0, {"original": n, "effective": n}
-    doc = {"results": results, "groups": {}, "group_subtasks": {t: [] for t in data}, "configs": configs,
+    groups, group_subtasks = _groups(data, results)
+    doc = {"results": results, "groups": groups, "group_subtasks": {**{t: [] for t in data}, **group_subtasks},
+           "configs": configs,
            "versions": versions, "n-shot": nshot, "higher_is_better": hib, "n-samples": nsamp,
            "config": {"model": "hf", "model_args": {"pretrained": name}, "batch_size": 16, "limit": None,
                       "random_seed": 0, "numpy_seed": 1234, "torch_seed": 1234, "fewshot_seed": 1234},
            "lm_eval_version": "0.4.13", "task_hashes": task_hashes, "model_name": name, "date": 0.0}
     (model_dir / f"results_{TS}.json").write_text(json.dumps(doc))
     return root / name
+
+
+def _groups(data: dict[str, dict[str, np.ndarray]], results: dict) -> tuple[dict, dict]:
+    """--groups N: the acc tasks cut into N groups, all N in one outer group, each with lm-eval's
+    size-weighted acc (the mean over its items), written as lm-eval writes them."""
+    if not GROUPS:
+        return {}, {}
+    mc = sorted(t for t in data if t.startswith("mc_"))
+    inner = {f"grp_{g}": mc[g::GROUPS] for g in range(GROUPS)}
+    groups, subtasks = {}, {}
+    for name, leaves in [*inner.items(), ("grp_all", mc)]:
+        n = sum(len(data[t]["acc"]) for t in leaves)
+        value = sum(float(np.sum(data[t]["acc"])) for t in leaves) / n
+        groups[name] = {"alias": name, "name": name, "sample_len": n, "acc,none": value, "acc_stderr,none": "N/A",
+                        "sample_count": {"acc,none": n}}
+        subtasks[name] = leaves
+    subtasks["grp_all"] = list(inner)
+    results.update(groups)
+    return groups, subtasks
 
 
 def make_suite(root: Path, seed: int = 0) -> tuple[Path, Path, dict, dict]:
@@ -244,17 +269,21 @@ def main() -> None:
                     help="run lm-eval with this many resamples and extrapolate to --resamples")
     ap.add_argument("--keep", type=Path, help="write the synthetic runs here and keep them")
     ap.add_argument("--confusion", action="store_true", help="20%% of the items in f1/mcc tasks")
+    ap.add_argument("--groups", type=int, default=0, metavar="N",
+                    help="put the acc tasks in N lm-eval groups under one outer group (gated too)")
     ap.add_argument("--record", action="store_true", help="write the figures to benchmarks/figures.json")
     args = ap.parse_args()
-    global CONFUSION_SHARE
+    global CONFUSION_SHARE, GROUPS
     CONFUSION_SHARE = 0.20 if args.confusion else 0.0
+    GROUPS = max(0, args.groups)
     root = args.keep or Path(tempfile.mkdtemp(prefix="gk-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     base, cand_dir, base_cols, cand = make_suite(root)
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums, "
-          f"{CONFUSION_SHARE:.0%} two-choice with f1 and mcc), "
+          f"{CONFUSION_SHARE:.0%} two-choice with f1 and mcc"
+          + (f", the acc tasks in {GROUPS} groups under one more" if GROUPS else "") + "), "
           f"{size / 2**20:.1f} MiB on disk per two runs, built in {time.perf_counter() - t0:.1f} s")
     print(f"cores: {os.cpu_count()}")
 

@@ -136,3 +136,14 @@ def test_a_subtask_list_that_disagrees_between_manifest_and_results_is_named() -
     other = replace(cand, group_subtasks={"mmlu": leaves[:-1], "other": leaves[-1:]})
     with pytest.raises(GateError, match=r"group mmlu: the run's manifest lists subtasks .* the two disagree"):
         compare_runs(base, other, Policy(alpha=ALPHA))
+
+
+def test_a_results_file_that_lists_every_task_as_a_group_of_none_gates_only_real_groups() -> None:
+    """Some writers list every leaf in group_subtasks with no subtasks: those are tasks, not groups."""
+    rng = np.random.default_rng(2407)
+    base, cand = _pair(rng, _sizes(rng), np.zeros(N_TASKS))
+    listed = {**{t: [] for t in cand.tasks}, **cand.group_subtasks}
+    reported = {t: {"acc,none": float(np.mean(cand.series[k].values))} for k in cand.series for t in [k.task]}
+    cand = replace(cand, group_subtasks=listed, groups=reported)
+    rows = [c for c in compare_runs(base, cand, Policy(alpha=ALPHA)).comparisons if c.is_group]
+    assert [c.key.task for c in rows] == ["mmlu"]

@@ -62,7 +62,10 @@ def group_metrics(run: RunResults) -> tuple[list[GroupMetric], list[str]]:
     specs = _specs(run)
     out: list[GroupMetric] = []
     notes: list[str] = []
+    tasks = {k.task for k in run.series} | {k.task for k in run.untestable}
     for name in sorted(set(run.group_subtasks) | set(specs)):
+        if name in tasks or not (run.group_subtasks.get(name) or name in specs):
+            continue  # a leaf task (some writers list every task, with no subtasks)
         leaves = leaves_of(run, name)
         spec = specs.get(name)
         if spec is None:
