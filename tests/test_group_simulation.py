@@ -142,8 +142,11 @@ def test_a_results_file_that_lists_every_task_as_a_group_of_none_gates_only_real
     """Some writers list every leaf in group_subtasks with no subtasks: those are tasks, not groups."""
     rng = np.random.default_rng(2407)
     base, cand = _pair(rng, _sizes(rng), np.zeros(N_TASKS))
-    listed = {**{t: [] for t in cand.tasks}, **cand.group_subtasks}
+    listed = {**{t: [] for t in cand.tasks}, **cand.group_subtasks, "outer": ["mmlu"]}
     reported = {t: {"acc,none": float(np.mean(cand.series[k].values))} for k in cand.series for t in [k.task]}
-    cand = replace(cand, group_subtasks=listed, groups=reported)
+    everything = np.concatenate([cand.series[k].values for k in sorted(cand.series, key=str)])
+    reported["mmlu"] = {"acc,none": float(np.mean(everything))}
+    # lm-eval's own output: no manifest, so the weighting is derived from the reported score
+    cand = replace(cand, group_subtasks=listed, groups=reported, provenance=replace(cand.provenance, manifest={}))
     rows = [c for c in compare_runs(base, cand, Policy(alpha=ALPHA)).comparisons if c.is_group]
-    assert [c.key.task for c in rows] == ["mmlu"]
+    assert [c.key.task for c in rows] == ["mmlu"]  # "outer" has no aggregate: informational

@@ -88,7 +88,7 @@ def leaves_of(run: RunResults, group: str, _seen: tuple[str, ...] = ()) -> tuple
         raise GateError(f"{run.provenance.source}: group {group} contains itself (group_subtasks loops)")
     out: list[str] = []
     for child in run.group_subtasks.get(group, []):
-        if child in run.group_subtasks:
+        if run.group_subtasks.get(child):  # a group (a task may be listed with no subtasks)
             out.extend(leaves_of(run, child, (*_seen, group)))
         else:
             out.append(child)
