@@ -32,6 +32,7 @@ from gatekeeper.errors import GateError
 from gatekeeper.model import MetricSeries, RunResults, SeriesKey
 
 _LEAF_SHIFT = np.int64(1) << np.int64(32)
+_NO_HASHES = np.array([["", "", ""]], dtype="<U1")
 # Reported (float) aggregates and the ones recomputed from items: a sum in another order.
 _REL_TOL = 1e-9
 _ABS_TOL = 1e-12
@@ -117,7 +118,9 @@ def pooled(run: RunResults, gm: GroupMetric) -> MetricSeries:
     return MetricSeries(
         key=gm.key, kind="mean", aggregation="mean", higher_is_better=first.higher_is_better,
         doc_ids=np.concatenate([i * _LEAF_SHIFT + s.doc_ids.astype(np.int64) for i, s in parts]),
-        values=np.concatenate(values), hashes=np.concatenate([s.hashes for _, s in parts]),
+        # No item hashes: each subtask's items are paired and their hashes checked in its own row;
+        # copying 3 hex strings per item for every level of nesting would triple the memory.
+        values=np.concatenate(values), hashes=np.broadcast_to(_NO_HASHES, (total, 3)),
         reported=(run.groups.get(gm.group) or {}).get(f"{gm.metric},{gm.filter}"), clusters=clusters)
 
 
