@@ -235,8 +235,7 @@ def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPai
     before the correction across the suite."""
     warnings: list[str] = []
     tested: list[Tested] = []
-    leaves = [("task", baseline.series[key], candidate.series[key]) for key in sorted(baseline.series, key=str)]
-    leaves = [(None, b, c) for _, b, c in leaves]
+    leaves = [(None, baseline.series[key], candidate.series[key]) for key in sorted(baseline.series, key=str)]
     for gm, b_series, c_series in [(gm, b, c) for b, c, gm in pairs] + leaves:
         what = "task" if gm is None else "group"
         key = b_series.key

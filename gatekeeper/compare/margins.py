@@ -55,6 +55,7 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
     error), infinite because there are too few items, or above half the metric's range."""
     errors: list[str] = []
     warnings: list[str] = []
+    series = {**baseline.series, **(groups or {})}
     for t, c in zip(tested, comparisons, strict=True):
         if not c.gated or c.margin <= 0 or math.isnan(c.mde) or policy.test == "non-inferiority":
             continue
@@ -81,7 +82,7 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
                 warnings.append(f"{c.key}: {c.test.n} items cannot show any drop with 80% power (MDE "
                                 "infinite): the gate fails only on a collapse; add items")
             continue
-        bounds = _bounds({**baseline.series, **(groups or {})}[c.key])
+        bounds = _bounds(series[c.key])
         if not shown and bounds and math.isfinite(bounds[1] - bounds[0]) and c.mde > (bounds[1] - bounds[0]) / 2:
             warnings.append(f"{c.key}: the smallest drop this rule detects with 80% power is {c.mde:.3g}, "
                             f"over half of {c.key.metric}'s range [{bounds[0]:g}, {bounds[1]:g}]: "
