@@ -661,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
     p.add_argument("--sequential", action="store_true",
                    help="evaluate the items in looks of a seeded random order and stop as soon as the verdict is "
-                        "known (O'Brien-Fleming alpha spending, conditional-power futility); a sample, never a baseline")
+                        "known (O'Brien-Fleming alpha spending, beta-spending futility); a sample, never a baseline")
     p.add_argument("--looks", type=int, help="with --sequential: how many looks, 2 to 10 (default: the suite's "
                    "policy.sequential.looks, else 4)")
     p.add_argument("--no-history", action="store_true",

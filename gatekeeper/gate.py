@@ -245,7 +245,7 @@ def run_sequential_gate(
     revision: str | None = None,
     device: str | None = None,
     log: Callable[[str], Any] = print,
-    futility: float = sequential.DEFAULT_FUTILITY,
+    futility: float = sequential.FUTILITY_BETA,
     batch_size: int | str | None = None,
 ) -> GateResult:
     """``gate --sequential``: evaluate the items in ``looks`` chunks of a seeded random order
@@ -319,7 +319,7 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
                                 f"but the looks before it stop {','.join(sorted(done)) or 'no task'}; re-run it")
         return [p.folder for p in parts]
 
-    return _sequential_looks(suite, count, stored, anchor, policy or suite.policy, log, sequential.DEFAULT_FUTILITY,
+    return _sequential_looks(suite, count, stored, anchor, policy or suite.policy, log, sequential.FUTILITY_BETA,
                              evaluate)
 
 
@@ -367,6 +367,8 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
     news: list[dict[str, list[int]]] = []
     done: frozenset[str] = frozenset()
     steps: list[dict[str, Any]] = []
+    timing: list[dict[str, Any]] = []  # each look part's manifest: the model's own seconds per request
+    whole = {key.task: int(s.doc_ids.size) for key, s in stored.series.items()}  # the suite's items per task
     waiting = None
     for k in range(1, looks + 1):
         folders = evaluate(k, done)
@@ -378,6 +380,7 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
             with trusted_code(suite.include_path, tuple(suite.task_names)):
                 runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
             manifests.append(runs[-1].provenance.manifest or {})
+            timing.append(manifests[-1])
             news.append({t_: list(d) for t_, d in (manifests[-1].get("look") or {}).get("docs", {}).items()})
         manifest = {"wall_seconds": sum(float(m.get("wall_seconds") or 0.0) for m in manifests),
                     "model_load_seconds": sum(float(m.get("model_load_seconds") or 0.0) for m in manifests)}
@@ -385,7 +388,7 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
         docs = subset.docs_of(candidate)
         # Interim looks test at tiny levels, where mid-p runs above nominal: the exact test there.
         look_policy = dataclasses.replace(policy, alpha=float(levels[k - 1]), exact_mcnemar=k < looks,
-                                          look=(k, tuple(float(x) for x in t), policy.alpha))
+                                          look=(k, tuple(float(x) for x in t), policy.alpha), look_sizes=whole)
         outcome = compare_for_suite(subset.restrict(stored, docs), candidate, suite, look_policy,
                                     anchor=subset.restrict(anchor, docs) if anchor is not None else None)
         decision = sequential.decide(outcome, k, t, policy.alpha, futility)
@@ -399,7 +402,7 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
     if not runs:
         raise GateError("sequential gate: no look to judge")
     sizes = (runs[0].provenance.manifest or {}).get("look", {}).get("items", {})
-    info = _sequential_report(looks, steps, sizes, docs, policy.alpha)
+    info = _sequential_report(looks, steps, sizes, docs, policy.alpha, timing)
     if waiting is not None:  # the looks so far do not decide: say what to evaluate next
         info["decision"] = "continue"
         info["next"] = {"look": waiting, "of": looks, "done": sorted(done)}
@@ -412,30 +415,58 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
     if info["partial"]:  # the tables' baseline and candidate columns are the sample's, not the suite's
         outcome.notes.append(f"the baseline and candidate values above are over the {info['evaluated']:,} of "
                              f"{info['total']:,} items the looks evaluated (the same items on both sides), "
-                             "not the whole suite's scores")
+                             "not the whole suite's scores; the MDE column and the warnings are the whole suite's")
     code = 0 if waiting is not None else outcome.exit_code
     return GateResult(code, outcome, None, None, report_json)
 
 
 def _sequential_report(looks: int, steps: list[dict[str, Any]], sizes: dict[str, int],
-                       docs: dict[str, Any], alpha: float) -> dict[str, Any]:
+                       docs: dict[str, Any], alpha: float, manifests: list[dict[str, Any]]) -> dict[str, Any]:
     """What the report says of a sequential gate: where it stopped, items per task, time saved."""
     total = sum(int(n) for n in sizes.values())
     seen = {t_: int(len(d)) for t_, d in docs.items()}
     evaluated = sum(seen.values())
-    # Per item: the looks' wall time less loading the model (paid once, whatever the items).
-    wall = sum(s["wall_seconds"] - s.get("model_load_seconds", 0.0) for s in steps)
-    per_item = max(0.0, wall) / evaluated if evaluated else 0.0
-    saved = per_item * (total - evaluated)
+    saved = seconds_saved(manifests, {t_: int(n) - seen.get(t_, 0) for t_, n in sizes.items()})
     last = steps[-1]
-    why = {"fail": "a regression at this look's level", "pass": "no gated metric can plausibly end regressed"}
+    why = {"fail": "a regression shown beyond its margin at this look's level",
+           "pass": "every gated drop shown smaller than the one the gate is designed to catch"}
+    time_note = (f"about {saved:.1f} s of model time saved (the looks' own seconds per request)" if saved is not None
+                 else "the time saved is not known (the looks' manifests record no request timing)")
     summary = (f"sequential: stopped at look {last['look']} of {looks} ({last['decision']}: "
                f"{why.get(last['decision'], 'the last look')}); {evaluated:,} of {total:,} items evaluated "
-               f"({evaluated / total:.0%}), about {saved:.0f} s of evaluation saved at {per_item * 1000:.1f} ms per item")
+               f"({evaluated / total:.0%}), {time_note}")
     return {"looks": looks, "stopped_at": last["look"], "decision": last["decision"], "alpha": alpha,
             "steps": steps, "items": {t_: {"evaluated": seen.get(t_, 0), "total": int(n)} for t_, n in sizes.items()},
-            "evaluated": evaluated, "total": total, "seconds_saved_estimate": round(saved, 1), "summary": summary,
+            "evaluated": evaluated, "total": total,
+            "seconds_saved_estimate": round(saved, 1) if saved is not None else None, "summary": summary,
             "partial": evaluated < total}
+
+
+def seconds_saved(manifests: list[dict[str, Any]], skipped: dict[str, int]) -> float | None:
+    """The model time the skipped items would have taken: per task, its requests per item (as the
+    looks sent them) times the looks' measured seconds per request of that type. Model loading,
+    building tasks and writing files are paid once whatever the items, so they are not in it.
+    None when a look recorded no timing (a run folder from before it was measured)."""
+    phases: dict[str, list[float]] = {}
+    tasks: dict[str, list[Any]] = {}
+    for m in manifests:
+        if "request_seconds" not in m or "task_requests" not in m:
+            return None
+        for phase, v in (m.get("request_seconds") or {}).items():
+            acc = phases.setdefault(phase, [0.0, 0.0])
+            acc[0] += float(v.get("requests") or 0)
+            acc[1] += float(v.get("seconds") or 0.0)
+        for task, v in (m.get("task_requests") or {}).items():
+            acc = tasks.setdefault(task, [str(v.get("type")), 0.0, 0.0])
+            acc[1] += float(v.get("items") or 0)
+            acc[2] += float(v.get("requests") or 0)
+    total = 0.0
+    for task, n in skipped.items():
+        kind, items, requests = tasks.get(task, ("", 0.0, 0.0))
+        count, seconds = phases.get(kind, (0.0, 0.0))
+        if n > 0 and items > 0 and count > 0:
+            total += n * (requests / items) * (seconds / count)
+    return total
 
 
 # ----------------------------------------------------------------------------- plan

@@ -46,7 +46,8 @@ def test_plan_prints_each_gated_metric_and_says_what_it_cannot_resolve() -> None
     group = next(m for m in data["metrics"] if m["task"] == "demo_mc")
     assert group["kind"] == "group" and group["n"] == 425 and group["mde"] < caps["mde"]
     assert caps["n"] == 200 and caps["resolves"] is False and caps["items_for_twice_margin"] > 200
-    assert 0.0 < data["sequential_share"] < 0.7
+    # 200-425 items resolve little: the futility bound (0.5% of power at the MDE) stops late (issue #26)
+    assert 0.0 < data["sequential_share"] < 0.9
     md = _plan("--format", "markdown").stdout
     assert md.startswith("### gatekeeper plan: demo") and "| demo_capitals_mc acc (none) | 200 |" in md
 

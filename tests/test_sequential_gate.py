@@ -111,6 +111,14 @@ def test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs(
     assert full.provenance.task_hashes == whole.provenance.task_hashes
     stored = gate.record_run(complete, suite, path=tmp_path / "completed.json.gz")
     assert stored.is_file()
+    # The time the gate said it saved is the model time of the items it skipped, which the
+    # completion then spent (issue #26: it was 4-5x the real saving, taken from wall time).
+    (rest,) = [p.parent for p in (tmp_path / "runs" / "rest").rglob("gatekeeper-manifest.json")]
+    spent = json.loads((rest / "gatekeeper-manifest.json").read_text())["request_seconds"]
+    actual = sum(v["seconds"] for v in spent.values())
+    estimate = seq["seconds_saved_estimate"]
+    assert actual > 0 and 0.33 * actual <= estimate <= 3 * actual, (estimate, actual)
+    assert f"about {estimate:.1f} s of model time saved" in proc.stdout
     again = subprocess.run([sys.executable, "-m", "gatekeeper", "run", "--complete", str(tmp_path / "runs"),
                             "--suite", str(SUITE)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "already exists; this gate was completed" in again.stderr

@@ -7,14 +7,16 @@ text of the few items the report shows, after the statistics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from gatekeeper.compare import margins, sequential, stats
 from gatekeeper.compare.compat import check_compatible, pair_series
-from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Outcome
-from gatekeeper.compare.verdict import Tested, decide, resolution_warnings
+from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Comparison, Outcome
+from gatekeeper.compare.stats.result import PairedTest
+from gatekeeper.compare.verdict import Tested, decide, mde, resolution_warnings
 from gatekeeper.errors import GateError
 from gatekeeper.model import MetricSeries, RunResults, SeriesKey
 from gatekeeper.results import groups, snippets
@@ -159,11 +161,15 @@ def compare_runs(
     decided = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
                for i, t in enumerate(family)]
     comparisons, anchor_comparisons = decided[:len(tested)], decided[len(tested):]
-    no_power, weak = margins.after_tests(baseline, tested, comparisons, per_alpha, policy, ranges)
+    # A sequential look's resolution is the suite's, not its sample's: the tests projected to the
+    # whole item counts, at the suite's alpha (the final look's comparison, with every item).
+    whole_tested, whole, whole_alpha = _whole_suite(tested, comparisons, policy, len(gated_idx), per_alpha)
+    no_power, weak = margins.after_tests(baseline, whole_tested, whole, whole_alpha, policy, ranges)
     if no_power:
         raise GateError(margins.refusal(no_power))
-    for c in comparisons:
-        warnings.extend(resolution_warnings(c, per_alpha, policy.test))
+    for c in whole:
+        warnings.extend(resolution_warnings(c, whole_alpha, policy.test))
+    comparisons = [replace(c, mde=w.mde) for c, w in zip(comparisons, whole, strict=True)]
     warnings.extend(moot + weak)
     notes_rounding = [
         f"{c.key}: {c.rounded} of {c.test.n} items differed only by rounding "
@@ -290,6 +296,39 @@ def _decision_p(test: stats.PairedTest, margin: float, hib: bool, policy: Policy
     if policy.test == "non-inferiority":
         return test.p_drop_below(margin, hib)
     return test.p_worse
+
+
+def _whole_suite(tested: list[Tested], comparisons: list[Comparison], policy: Policy, gated: int,
+                 per_alpha: float) -> tuple[list[Tested], list[Comparison], float]:
+    """``tested`` and ``comparisons`` as the whole suite would show them: at a sequential look
+    (``policy.look_sizes``) each test's spread is scaled from the look's items to the task's (or
+    group's) whole count and its MDE recomputed at the suite's alpha; elsewhere unchanged."""
+    if policy.look is None or not policy.look_sizes:
+        return tested, comparisons, per_alpha
+    sizes = policy.look_sizes
+    alpha = policy.look[2] / max(1, gated) if _correction(policy) != "none" else policy.look[2]
+    out_t, out_c = [], []
+    for t, c in zip(tested, comparisons, strict=True):
+        total = sum(sizes.get(task, 0) for task in (t.subtasks or (t.key.task,)))
+        if total <= t.test.n or t.test.n <= 0:
+            out_t.append(t)
+            out_c.append(c)
+            continue
+        test = _scaled(t.test, total)
+        t = replace(t, test=test)
+        out_t.append(t)
+        out_c.append(replace(c, test=test, mde=mde(test, c.margin, alpha, t.aggregation, t.binary,
+                                                                policy.test == "inferiority")))
+    return out_t, out_c, alpha
+
+
+def _scaled(test: PairedTest, n: int) -> PairedTest:
+    """A paired test's summary at ``n`` items with the same per-item spread and flip shares."""
+    ratio = n / test.n
+    counts = None if test.counts is None else tuple(int(round(x * ratio)) for x in test.counts)
+    return replace(test, n=n, n_clusters=None if test.n_clusters is None else int(round(test.n_clusters * ratio)),
+                               se=test.se / math.sqrt(ratio), se_null=test.se_null / math.sqrt(ratio),
+                               counts=counts, draws=None)
 
 
 def _correction(policy: Policy) -> str:

@@ -16,8 +16,9 @@ How much a harmless change moves the items is not in one run:
   the gate's report shows); without a second run there is nothing to measure it on, and the row
   says so instead of guessing.
 
-The sequential share is simulated (normal approximation of the looks' statistics, seeded):
-the looks' levels and the futility rule of ``compare/sequential.py``.
+The sequential figures are simulated (normal approximation of the looks' statistics, seeded):
+the looks' levels and the futility rule of ``compare/sequential.py``: the share of items evaluated
+on a harmless change, and the power at the fixed design's MDE (the fixed gate's is 80% there).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class PlanRow:
     resolves: bool | None  # MDE <= 2 x margin; None: not known (no spread to measure)
     note: str = ""
     group: bool = False  # an lm-eval group's aggregate over all its subtasks' items
+    sequential_power: float = math.nan  # a sequential gate's chance of failing a drop of ``mde`` (the fixed: 80%)
 
 
 @dataclass(frozen=True)
@@ -160,12 +162,14 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
         return PlanRow(key, n, margin, level, s.kind, None, "none", math.nan, math.nan, math.nan, None, why)
     mde = mde_at(n)
     needed = _items_for(mde_at, 2 * margin, n) if margin > 0 else math.nan
-    share = _sequential_share(se_full, margin, looks, alpha, m, rng)
+    share, _ = _sequential_sim(se_full, n, margin, 0.0, looks, alpha, m, rng)
+    power = _sequential_sim(se_full, n, margin, mde, looks, alpha, m, rng)[1] if math.isfinite(mde) else math.nan
     resolves = math.isfinite(mde) and (margin <= 0 or mde <= 2 * margin)
     if not resolves:
         note = (f"the margin {margin:g} is below what {n} items resolve: a drop must reach {mde:.3g} "
                 "to be caught 4 times in 5")
-    return PlanRow(key, n, margin, level, test, rate, source, mde, needed, share, resolves, note)
+    return PlanRow(key, n, margin, level, test, rate, source, mde, needed, share, resolves, note,
+                   sequential_power=power)
 
 
 def _items_for(mde_at, target: float, n: int) -> float:
@@ -184,29 +188,34 @@ def _items_for(mde_at, target: float, n: int) -> float:
     return float(math.ceil(hi))
 
 
-def _sequential_share(se: float, margin: float, looks: int, alpha: float, m: int, rng: np.random.Generator,
-                      sims: int = 4000) -> float:
-    """Expected share of items a sequential gate evaluates when nothing changed: the drop
-    estimate after each look is a Brownian path with spread ``se`` at the end; the gate stops at
-    the first look whose estimate is significant and beyond the margin, or whose conditional
-    power is below the futility bound (one metric of ``m``; the correction splits each level)."""
+def _sequential_sim(se: float, n: int, margin: float, drop: float, looks: int, alpha: float, m: int,
+                    rng: np.random.Generator, sims: int = 4000) -> tuple[float, float]:
+    """(expected share of items, chance of failing) of a sequential gate when the true drop is
+    ``drop``: the drop estimate after each look is a Brownian path with spread ``se`` at the end;
+    an interim look fails when the drop is shown beyond the margin at its level (Holm's worst
+    rank: the boundary of ``alpha / m``), stops with no regression where ``sequential.futile``
+    says so, and the last look applies the fixed rule. Same paths for every call with one seed."""
     t = sequential.fractions(looks)
-    levels = sequential.look_levels(t, alpha) / max(1, m)
+    levels = sequential.look_levels(t, alpha / max(1, m))
     steps = rng.normal(size=(sims, looks)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
-    paths = np.cumsum(steps, axis=1)  # B(t) with var t; the estimate at t is se * B(t) / t
-    used = np.ones(sims)
+    paths = np.cumsum(steps, axis=1)  # B(t) with var t; the estimate at t is drop + se * B(t) / t
+    used, failed = np.ones(sims), np.zeros(sims, dtype=bool)
     live = np.ones(sims, dtype=bool)
-    final = float(levels[-1])
-    for k in range(looks - 1):
+    for k in range(looks):
         se_k = se / math.sqrt(t[k])
-        est = se * paths[:, k] / t[k]
-        z = est / se_k if se_k > 0 else np.zeros(sims)
-        fail = (z > norm.isf(levels[k])) & (est > margin)
-        cp = sequential.conditional_power(est, np.full(sims, se_k), np.full(sims, margin), float(t[k]), final)
-        stop = live & (fail | (cp < sequential.DEFAULT_FUTILITY))
+        est = drop + se * paths[:, k] / t[k]
+        z = norm.isf(levels[k])
+        if k == looks - 1:
+            failed |= live & (est > z * se_k) & (est > margin)
+            break
+        fail = est - z * se_k > margin
+        futile = sequential.futile(est, np.full(sims, se_k), np.full(sims, n * t[k]), np.full(sims, margin),
+                                   float(t[k]), looks, float(levels[-1]))
+        stop = live & (fail | futile)
         used[stop] = t[k]
+        failed |= live & fail
         live &= ~stop
-    return float(used.mean())
+    return float(used.mean()), float(failed.mean())
 
 
 def _suite_share(rows: list[PlanRow]) -> float:

@@ -12,12 +12,14 @@ information fraction t_k (items so far / all items), the comparison on the items
   less: α = 0.05, 4 looks: nominal 9e-5, 0.0055, 0.0219, 0.0427, so only a clear collapse stops
   at look 1 and the last look is nearly the fixed design. The suite's multiplicity correction
   applies within each look, at that look's nominal level.
-- **pass early** (futility): every gated metric's conditional power of ending "regressed"
-  under its current trend is below ``futility``. The gate's rule needs two things at the end, a
-  significant drop and a point drop beyond the margin; the conditional power of each (B-value
-  form, ``CP = 1 − Φ((z_end − Z_k/√t) / √(1−t))`` with ``Z_k`` the statistic on the items so
-  far) bounds that of both, and the smaller is used. Passing early never adds a false alarm;
-  it costs a little power, which the simulation measures.
+- **pass early** (futility): every gated comparison's drop is *shown* smaller than the drop the
+  gate is designed to catch, ``δ₁ = max(2 × margin, the fixed design's 80%-power MDE)``: the upper
+  end of its one-sided interval at level ``β / (looks − 1)`` is below ``δ₁`` (a non-binding
+  beta-spending bound, Bonferroni over the interim looks, ``β = FUTILITY_BETA``). Under a true
+  drop of ``δ₁`` the chance that any interim look passes early is at most ``β``, so early passes
+  cost at most ``β`` of power there (0.5 points), and less at larger drops; they never add a
+  false alarm. The rule it replaces (conditional power under the current trend) read the noisy
+  first look as the true effect and cost 1.9 points of power at twice the margin.
 
 Pure functions on numbers and ``Outcome``s: the runner (run/) evaluates the chunks, ``gate.py``
 calls these between them.
@@ -36,7 +38,8 @@ from scipy.stats import multivariate_normal, norm
 from gatekeeper.compare.outcome import Outcome
 
 DEFAULT_LOOKS = 4
-DEFAULT_FUTILITY = 0.003
+FUTILITY_BETA = 0.005  # the most power early passes may cost at the design alternative
+POWER = 0.80  # the power the design alternative's MDE is computed at
 
 
 def spent(t: np.ndarray | float, alpha: float) -> np.ndarray:
@@ -121,40 +124,52 @@ def _below(cs: list[float], cov: np.ndarray) -> float:
     return float(mvn.cdf(np.array(cs)))
 
 
-def conditional_power(drop: np.ndarray, se: np.ndarray, margin: np.ndarray, t: float, level: float) -> np.ndarray:
-    """Chance that the final look flags a drop beyond ``margin``, if the drop seen on the items
-    so far (estimate ``drop``, standard error ``se`` at fraction ``t``) is the true one."""
-    drop, se, margin = (np.asarray(x, dtype=np.float64) for x in (drop, se, margin))
-    if t >= 1.0:
-        return np.where(drop > margin, 1.0, 0.0)
-    significant = _cp(drop, se, float(norm.isf(level)), t)  # the drop is significant at the end
-    beyond = _cp(drop - margin, se, 0.0, t)  # and the point drop is beyond the margin
-    return np.minimum(significant, beyond)
+def alternative(se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, level: float) -> np.ndarray:
+    """The drop the gate is designed to catch: twice the margin, or the fixed design's MDE at
+    ``POWER`` (one-sided ``level``) where that is larger; ``se`` is the spread at fraction ``t``,
+    the whole suite's is ``se·√t``. A look whose items all agree (``se`` 0) counts one item's
+    worth of spread (``1/n``), so an unchanged model is not taken as exactly unchanged."""
+    se = _floored(se, n)
+    mde = (norm.isf(level) + norm.isf(1.0 - POWER)) * se * math.sqrt(t)
+    return np.maximum(2.0 * np.asarray(margin, dtype=np.float64), mde)
 
 
-def _cp(effect: np.ndarray, se: np.ndarray, z_end: float, t: float) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z_now = np.where(se > 0, effect / se, np.where(effect > 0, np.inf, -np.inf))
-        cp = norm.sf((z_end - z_now / math.sqrt(t)) / math.sqrt(1.0 - t))
-    return np.nan_to_num(cp, nan=1.0)
+def futile(drop: np.ndarray, se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, looks: int,
+           level: float, beta: float = FUTILITY_BETA) -> np.ndarray:
+    """Where the drop seen on the items so far (estimate ``drop``, spread ``se``, ``n`` items at
+    fraction ``t``) is shown below the design alternative (``alternative``) at the interim
+    level ``beta / (looks − 1)``: then the comparison may stop with no regression. Never at the
+    last look, which the fixed rule decides."""
+    drop, se, n = (np.asarray(x, dtype=np.float64) for x in (drop, se, n))
+    if t >= 1.0 or looks < 2:
+        return np.zeros(drop.shape, dtype=bool)
+    upper = drop + norm.isf(beta / (looks - 1)) * _floored(se, n)
+    return upper < alternative(se, n, margin, t, level)
+
+
+def _floored(se: np.ndarray, n: np.ndarray) -> np.ndarray:
+    se, n = np.asarray(se, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        floor = np.where(n > 0, 1.0 / n, np.inf)
+    return np.where(np.isfinite(se) & (se > 0), se, floor)
 
 
 @dataclass(frozen=True)
 class LookDecision:
-    """What one look decided: ``fail`` (stop, regressed), ``pass`` (stop, no regression can be
-    expected), or ``continue``; with the level it tested at, each gated metric's conditional
-    power (by key), and the tasks whose every gated metric is futile: their items stop here
-    while other tasks go on (``done_tasks``)."""
+    """What one look decided: ``fail`` (stop, regressed), ``pass`` (stop, every drop shown below
+    the one the gate is designed to catch), or ``continue``; with the level it tested at, which
+    gated comparisons are futile (by key), and the tasks whose every gated comparison is futile:
+    their items stop here while other tasks go on (``done_tasks``)."""
 
     look: int
     fraction: float
     level: float
     decision: str
-    conditional_power: dict[str, float]
+    futile: dict[str, bool]
     done_tasks: frozenset[str] = frozenset()
 
 
-def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, futility: float = DEFAULT_FUTILITY) -> LookDecision:
+def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, beta: float = FUTILITY_BETA) -> LookDecision:
     """The decision after look ``look`` (1-based) of fractions ``t``, from the comparison on the
     items so far (``outcome``, compared at ``look_levels(t, alpha)[look - 1]``)."""
     levels = look_levels(t, alpha)
@@ -169,16 +184,17 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, futility: f
     # few items, and a drop within the margin must fail no more often than under the fixed gate.
     if any(c.drop_bounds[0] > c.margin for c in [*outcome.regressions, *outcome.drifted]):
         return LookDecision(look, frac, level, "fail", {})
-    # The final look's level for one metric, as the correction would split what is left.
+    # The final look's level for one metric, as the correction would split it: the MDE's level.
     final = float(levels[-1]) / max(1, len(gated))
-    cp = conditional_power([c.drop for c in gated], [c.test.se for c in gated], [c.margin for c in gated], frac, final)
-    powers = {str(c.key): float(p) for c, p in zip(gated, cp, strict=True)}
+    stops = futile([c.drop for c in gated], [c.test.se for c in gated], [c.test.n for c in gated],
+                   [c.margin for c in gated], frac, len(t), final, beta)
+    flags = {str(c.key): bool(f) for c, f in zip(gated, stops, strict=True)}
     # A task stops when every gated comparison its items are in is futile: its own, and those of
     # the groups that hold it (a group's items are its subtasks': stopping one freezes its part).
     tasks: dict[str, bool] = {}
-    for c, p in zip(gated, cp, strict=True):
+    for c, f in zip(gated, stops, strict=True):
         for task in (c.subtasks or (c.key.task,)):
-            tasks[task] = tasks.get(task, True) and bool(p < futility)
+            tasks[task] = tasks.get(task, True) and bool(f)
     done = frozenset(t for t, futile in tasks.items() if futile)
     stop = bool(gated) and len(done) == len(tasks)
-    return LookDecision(look, frac, level, "pass" if stop else "continue", powers, done)
+    return LookDecision(look, frac, level, "pass" if stop else "continue", flags, done)

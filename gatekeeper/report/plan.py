@@ -20,12 +20,15 @@ def _cells(r: PlanRow) -> list[str]:
     spread = (f"flips {r.flip_rate:.1%} ({r.spread_from})" if r.flip_rate is not None
               else ("–" if r.spread_from == "none" else f"{r.test} ({r.spread_from})"))
     share = f"{r.sequential_share:.0%}" if math.isfinite(r.sequential_share) else "–"
+    power = f"{r.sequential_power:.0%}" if math.isfinite(r.sequential_power) else "–"
     return [f"{r.key.task} {r.key.metric} ({r.key.filter})", f"{r.n:,}", f"{r.margin:g}", spread, _num(r.mde),
-            _items(r.items_needed), share, {True: "yes", False: "NO", None: "–"}[r.resolves]]
+            _items(r.items_needed), share, power, {True: "yes", False: "NO", None: "–"}[r.resolves]]
 
 
+# The fixed gate evaluates every item and has 80% power at the MDE by definition; the sequential
+# columns are the same figures for `gate --sequential`.
 HEADER = ["metric", "n", "margin", "harmless spread", "MDE (80%)", "items for 2x margin", "sequential items",
-          "resolves"]
+          "sequential power at MDE", "resolves"]
 
 
 def _summary(p: Plan) -> list[str]:
@@ -33,7 +36,12 @@ def _summary(p: Plan) -> list[str]:
              f"spread {'measured against ' + p.against if p.against else 'assumed where not measured'}"]
     if math.isfinite(p.sequential_share):
         lines.append(f"a sequential gate ({p.looks} looks) is expected to evaluate {p.sequential_share:.0%} of the "
-                     "items on a harmless change")
+                     "items on a harmless change (the fixed gate: all of them)")
+    powers = [r.sequential_power for r in p.rows if math.isfinite(r.sequential_power)]
+    if powers:
+        low, high = min(powers), max(powers)
+        span = f"{low:.0%}" if round(low, 2) == round(high, 2) else f"{low:.0%}–{high:.0%}"
+        lines.append(f"at each metric's MDE the sequential gate fails {span} of the time (the fixed gate: 80%)")
     return lines
 
 
@@ -72,7 +80,8 @@ def to_json(p: Plan) -> dict[str, Any]:
                      "spread_from": r.spread_from, "mde": _finite(r.mde),
                      "items_for_twice_margin": _finite(r.items_needed),
                      "items_for_twice_margin_unreachable": r.items_needed == math.inf,
-                     "sequential_share": _finite(r.sequential_share), "resolves": r.resolves,
+                     "sequential_share": _finite(r.sequential_share),
+                     "sequential_power": _finite(r.sequential_power), "resolves": r.resolves,
                      "note": r.note or None} for r in p.rows],
     }
 

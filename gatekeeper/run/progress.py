@@ -11,6 +11,10 @@ the phase ends. Requests are counted where every lm-eval backend reports a finis
 ``cache_hook.add_partial`` (the hook lm-eval's request cache uses), so the count is the same for
 hf, vLLM and served endpoints. The total is the number of requests the backend is handed, which
 with ``--cache`` excludes the ones answered from the cache.
+
+``Progress.spent`` keeps each phase's requests and seconds, the model's own time per request,
+which the run's manifest records (``request_seconds``): a sequential gate's saving is computed
+from it, not from wall time that includes building tasks and loading the model.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Progress:
         self.phase: str | None = None
         self.total = self.done = 0
         self._started = self._last = 0.0
+        self.spent: dict[str, dict[str, float]] = {}  # phase -> {"requests": n, "seconds": s}
 
     def start(self, phase: str, total: int) -> None:
         self.phase, self.total, self.done = phase, total, 0
@@ -60,8 +65,13 @@ class Progress:
             self._emit(now)
 
     def finish(self, *, report: bool = True) -> None:
+        now = self._clock()
+        if self.phase is not None:
+            phase = self.spent.setdefault(self.phase, {"requests": 0, "seconds": 0.0})
+            phase["requests"] += self.total
+            phase["seconds"] = round(phase["seconds"] + now - self._started, 3)
         if report and self.phase is not None and self.total:
-            self._emit(self._clock())
+            self._emit(now)
         self.phase = None
 
     def _emit(self, now: float) -> None:

@@ -23,6 +23,7 @@ import importlib.util
 import io
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -100,6 +101,11 @@ class RunManifest:
     # A run that shared its model with the next (``reuse_model``): seconds this run spent loading
     # it (0 when the previous run had), so the time per item is the evaluation's own.
     model_load_seconds: float | None = None
+    # The model's own time: per request phase (loglikelihood, ...) its requests and seconds
+    # (run/progress.py), and per task its items, request type and requests. A sequential gate's
+    # saving is the skipped items' requests at these rates, not a share of the wall time.
+    request_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    task_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     backend: str = "hf"
     backend_versions: dict[str, str] = field(default_factory=dict)
     model_args: dict[str, Any] = field(default_factory=dict)
@@ -207,8 +213,8 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         with _quiet_output(log, t0):
             docs = shard_docs(picked) if picked is not None else (
                 {t: _IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
-            produced, results = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs,
-                                          reuse_model and settings.backend.local_device)
+            produced, results, timing = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs,
+                                                  reuse_model and settings.backend.local_device)
         ended = _utc_now()
         manifest = RunManifest(
             model=model,
@@ -238,6 +244,8 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             look=looked,
             groups=_group_aggregations(top),
             model_load_seconds=_LOADED.pop("seconds", None),
+            request_seconds=timing.spent,
+            task_requests=timing.tasks,
             backend=settings.backend.name,
             backend_versions=backends.versions(settings.backend.name),
             model_args=redact(backends.public_args(settings.backend.args)),
@@ -563,8 +571,14 @@ def _resolve_device(requested: str) -> str:
 # ----------------------------------------------------------------------------- evaluation
 
 
+@dataclass
+class _Timing:
+    spent: dict[str, dict[str, float]]  # request phase -> {"requests", "seconds"}
+    tasks: dict[str, dict[str, Any]]  # leaf task -> {"type", "items", "requests"}
+
+
 def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path, log: Log,
-              t0: float, docs: dict[str, list[int]] | None = None, reuse: bool = False) -> tuple[Path, Path]:
+              t0: float, docs: dict[str, list[int]] | None = None, reuse: bool = False) -> tuple[Path, Path, _Timing]:
     import lm_eval
     from lm_eval.evaluator_utils import get_sample_size
     from lm_eval.loggers import EvaluationTracker
@@ -574,7 +588,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     seeds = suite.seeds
     caching = cache.safe_caching(s.cache_id, s.cache_key) if s.cache is not None else contextlib.nullcontext()
     try:
-        with (evaluation_env(s.backend.name), caching, _known_noise(), _progress(s.backend.name, log, t0),
+        with (evaluation_env(s.backend.name), caching, _known_noise(), _progress(s.backend.name, log, t0) as timed,
               _empty_answers() as empty, _reused_model(s) if reuse else contextlib.nullcontext()):
             results = lm_eval.simple_evaluate(
                 model=s.backend.name,
@@ -608,6 +622,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
                         "request(s) with null content, which lm-eval scores as empty text; no verdict on "
                         "partial answers: check the server's logs and generation limits, then re-run")
     samples_out = results.pop("samples")
+    timing = _Timing(timed.spent, _task_requests(results, samples_out))
     # Exactly what lm_eval/_cli/run.py does after simple_evaluate.
     tracker.save_results_aggregated(results=results, samples=samples_out)
     for task_name in results["configs"]:
@@ -618,7 +633,19 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     for task in sorted(results["configs"]):
         n = results.get("n-samples", {}).get(task, {})
         log(f"[{time.perf_counter() - t0:7.1f}s] {task}: {n.get('effective', '?')}/{n.get('original', '?')} items done")
-    return produced, results_file
+    return produced, results_file, timing
+
+
+def _task_requests(results: dict[str, Any], samples: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per leaf task: its items, the request type they were sent as, and how many requests (lm-eval
+    logs an item once per filter; its requests were sent once)."""
+    out = {}
+    for task, rows in samples.items():
+        kind = str((results.get("configs", {}).get(task) or {}).get("output_type", ""))
+        phase = "loglikelihood" if kind == "multiple_choice" else kind
+        per_doc = {r.get("doc_id"): len(r.get("arguments") or ()) for r in rows}
+        out[task] = {"type": phase, "items": len(per_doc), "requests": sum(per_doc.values())}
+    return out
 
 
 # The model a sequential gate's looks share (``run_suite(reuse_model=True)``): one entry, keyed by
@@ -905,16 +932,16 @@ def _empty_answers() -> Iterator[_CountEmpty]:
 
 
 @contextlib.contextmanager
-def _progress(backend: str, log: Log, t0: float) -> Iterator[None]:
-    """Rate-limited progress lines (progress.py) unless stderr is a terminal (lm-eval's bars)."""
-    if sys.stderr.isatty():
-        yield
-        return
+def _progress(backend: str, log: Log, t0: float) -> Iterator[progress_lines.Progress]:
+    """Rate-limited progress lines (progress.py) unless stderr is a terminal (lm-eval's bars);
+    either way the phases' requests and seconds are counted (``Progress.spent``)."""
     from lm_eval.api.registry import get_model
 
-    reporter = progress_lines.Progress(log, t0, progress_lines.interval_from_env())
+    quiet = sys.stderr.isatty()
+    reporter = progress_lines.Progress((lambda _line: None) if quiet else log, t0,
+                                       math.inf if quiet else progress_lines.interval_from_env())
     with progress_lines.track(get_model(backend), reporter):
-        yield
+        yield reporter
 
 
 # Warnings lm-eval gives for every task of a kind, that say nothing about this run.

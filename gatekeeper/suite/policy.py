@@ -96,6 +96,9 @@ class Policy:
     # information fractions, the suite's alpha): Holm then tests each rank on its own
     # group-sequential boundary (``compare/sequential.holm_look_levels``).
     look: tuple[int, tuple[float, ...], float] | None = None
+    # Set with ``look``: each leaf task's whole item count. The report's resolution warnings (MDE,
+    # "only a collapse fails") are about the suite, not the look's sample: computed at these sizes.
+    look_sizes: dict[str, int] | None = field(default=None, compare=False)
     # Said once per report (deprecated spellings); not part of what the policy decides.
     warnings: list[str] = field(default_factory=list, compare=False)
     # Where the default margin was set (a file line, "--margin"), for messages only.
