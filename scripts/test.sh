@@ -8,6 +8,10 @@ echo "== ruff"
 .venv/bin/ruff check gatekeeper tests benchmarks scripts examples
 echo "== pytest"
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Two workers on two cores: one thread each for torch and BLAS. More oversubscribes the cores and
+# OpenMP threads spin while they wait (measured: a demo run beside another used 14.8 s of CPU with
+# 2 threads, 11.5 s with 1, and was 10% slower). Set OMP_NUM_THREADS to override.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # -rs: a skipped test says why (only the container test may skip: no Docker daemon to be had).
 # -n 2 --dist loadfile: both cores, each test file on one worker (its module fixtures evaluate the
 # demo once); --durations 25: the slowest tests, every run (tests/conftest.py holds the CPU budget).

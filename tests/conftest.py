@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
-import resource
-from collections.abc import Callable
-from pathlib import Path
 
-import pytest
+# One thread per test worker for torch and BLAS, in this process and every lm-eval subprocess, as
+# scripts/test.sh sets it (two workers on two cores; see there). Before numpy or torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-from tests.demo_runs import DEMO_CHECKPOINTS, DemoGate, lm_eval_installed, make_demo_gate
-from tests.github_server import FakeGitHub
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.demo_runs import DEMO_CHECKPOINTS, DemoGate, lm_eval_installed, make_demo_gate  # noqa: E402
+from tests.github_server import FakeGitHub  # noqa: E402
 
 REPO = "octo/repo"
 _DEMO: dict[str, DemoGate] = {}  # one evaluation per checkpoint per session, whichever test asks first
@@ -94,3 +101,36 @@ def pytest_runtest_call(item: pytest.Item):
                     "(tests/conftest.py): make it cheaper (a cached run, a smaller slice), or name it in END_TO_END "
                     "with the reason", pytrace=False)
     return result
+
+
+# No test may change the repository's example folder (issue #27: a gate without --no-history
+# appended 10 gates to the committed demo history). Checked once per session, by the process that
+# runs it (with xdist: the controller, after every worker has finished).
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+_EXAMPLES_BEFORE: dict[str, str] = {}
+
+
+def _examples_files() -> dict[str, str]:
+    return {str(p.relative_to(EXAMPLES)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(EXAMPLES.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _controller(session.config):
+        _EXAMPLES_BEFORE.update(_examples_files())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _controller(session.config) or not _EXAMPLES_BEFORE:
+        return
+    after = _examples_files()
+    changed = sorted(k for k in set(after) | set(_EXAMPLES_BEFORE) if after.get(k) != _EXAMPLES_BEFORE.get(k))
+    if changed:
+        session.config.get_terminal_writer().line()
+        session.config.get_terminal_writer().line(
+            f"tests changed the repository's examples/: {', '.join(changed)} (use tmp_path, or --no-history)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

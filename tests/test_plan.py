@@ -48,6 +48,14 @@ def test_plan_prints_each_gated_metric_and_says_what_it_cannot_resolve() -> None
     assert caps["n"] == 200 and caps["resolves"] is False and caps["items_for_twice_margin"] > 200
     # 200-425 items resolve little: the futility bound (0.5% of power at the MDE) stops late (issue #26)
     assert 0.0 < data["sequential_share"] < 0.9
+    # One answer to "is my suite big enough?" (issue #27): the smallest margin the items resolve,
+    # where the MDE is twice the margin; the row resolves exactly when its margin reaches it.
+    for row in (m for m in data["metrics"] if m["mde"] is not None):
+        assert row["resolves"] is (row["margin"] >= row["smallest_margin"]), row
+        # The sequential gate's power at the fixed gate's MDE (the fixed gate's: 80%), printed beside it.
+        assert 0.65 <= row["sequential_power"] <= 0.80, row
+    assert "the smallest margin 200 items can gate is about 0.038" in out
+    assert "at each metric's MDE the sequential gate fails" in out and "(the fixed gate: 80%)" in out
     md = _plan("--format", "markdown").stdout
     assert md.startswith("### gatekeeper plan: demo") and "| demo_capitals_mc acc (none) | 200 |" in md
 
@@ -98,12 +106,24 @@ def test_a_second_run_measures_the_spread(demo_run) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     by_task = {m["task"]: m for m in data["metrics"]}
-    assert all(m["spread_from"] == "measured" for m in data["metrics"])
+    # Measured on the second run; a metric on which it flipped nothing says so (issue #27).
+    assert {m["spread_from"] for m in data["metrics"]} <= {"measured", "none flipped: one item assumed"}
+    assert by_task["demo_synth_ppl"]["spread_from"] == "measured"
     caps = by_task["demo_capitals_mc"]
     # The harmless checkpoint flips about one item in 200: the MDE shrinks towards the margin.
     assert caps["flip_rate"] <= 0.02 and caps["mde"] < 0.06
     ppl = by_task["demo_synth_ppl"]
     assert ppl["mde"] is not None and ppl["mde"] >= ppl["margin"] and ppl["sequential_share"] is not None
+
+
+@pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")
+def test_a_second_run_with_no_flip_is_not_called_measured(demo_run) -> None:
+    """Issue #27: the base run against itself flips nothing; plan assumes one item's worth and
+    says so, instead of printing "flips 0.4% (measured)"."""
+    proc = _plan("--against", str(demo_run("base")))
+    assert proc.returncode == 0, proc.stderr
+    assert "(measured)" not in proc.stdout.split("demo_synth_ppl")[0]
+    assert "flips 0.5% (none flipped: one item assumed)" in proc.stdout, proc.stdout
 
 
 @pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")

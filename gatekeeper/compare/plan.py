@@ -24,6 +24,7 @@ on a harmless change, and the power at the fixed design's MDE (the fixed gate's 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -61,6 +62,7 @@ class PlanRow:
     note: str = ""
     group: bool = False  # an lm-eval group's aggregate over all its subtasks' items
     sequential_power: float = math.nan  # a sequential gate's chance of failing a drop of ``mde`` (the fixed: 80%)
+    smallest_margin: float = math.nan  # the least margin these items resolve (``smallest_margin``)
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,10 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
             rate, source = (c[1] + c[2]) / max(1, paired.test.n), "measured"
         else:
             rate, source = ASSUMED_FLIP_RATE, "assumed"
-        rate = max(rate, 1.0 / n)  # no flip seen: at least one item's worth, not a perfect copy
+        if rate < 1.0 / n:  # no flip seen: at least one item's worth, not a perfect copy
+            rate, source = 1.0 / n, ("none flipped: one item assumed" if source == "measured" else source)
 
-        def mde_at(size: float) -> float:
+        def mde_of(size: float, margin: float) -> float:
             return mcnemar_mde(int(size), rate, margin, level, POWER)
 
         se_full = math.sqrt(rate / n)
@@ -150,7 +153,7 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
         t = paired.test
         rate, source, test, note = None, "measured", t.test, ""
 
-        def mde_at(size: float) -> float:
+        def mde_of(size: float, margin: float) -> float:
             f = math.sqrt(n / size)
             scaled = replace(t, n=int(size), se=t.se * f, se_null=t.se_null * f)
             return rule_mde(scaled, margin, level, s.aggregation, False, False)
@@ -160,16 +163,43 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
         why = ("no second run of these items to measure the spread on (pass --against RUN_DIR, or keep an anchor)"
                if paired is None else "the second run changed no item: no spread to measure")
         return PlanRow(key, n, margin, level, s.kind, None, "none", math.nan, math.nan, math.nan, None, why)
+
+    def mde_at(size: float) -> float:
+        return mde_of(size, margin)
+
+    smallest = smallest_margin(lambda m: mde_of(n, m))
     mde = mde_at(n)
     needed = _items_for(mde_at, 2 * margin, n) if margin > 0 else math.nan
     share, _ = _sequential_sim(se_full, n, margin, 0.0, looks, alpha, m, rng)
-    power = _sequential_sim(se_full, n, margin, mde, looks, alpha, m, rng)[1] if math.isfinite(mde) else math.nan
+    # A true drop d of right/wrong items adds d flips per item: the spread at the MDE is wider.
+    se_mde = math.sqrt((rate + mde) / n) if binary and math.isfinite(mde) else se_full
+    power = _sequential_sim(se_mde, n, margin, mde, looks, alpha, m, rng)[1] if math.isfinite(mde) else math.nan
     resolves = math.isfinite(mde) and (margin <= 0 or mde <= 2 * margin)
     if not resolves:
         note = (f"the margin {margin:g} is below what {n} items resolve: a drop must reach {mde:.3g} "
-                "to be caught 4 times in 5")
+                f"to be caught 4 times in 5; the smallest margin {n:,} items can gate is about {smallest:.2g}")
     return PlanRow(key, n, margin, level, test, rate, source, mde, needed, share, resolves, note,
-                   sequential_power=power)
+                   sequential_power=power, smallest_margin=smallest)
+
+
+def smallest_margin(mde_with: Callable[[float], float]) -> float:
+    """The smallest margin the items resolve: the least ``m`` whose MDE is at most ``2 m`` (what
+    ``resolves`` means: a drop of twice the margin is caught 4 times in 5). Bisection; the MDE
+    grows with the margin more slowly than ``2 m`` does. inf when no margin up to 1e6 resolves."""
+    if not math.isfinite(mde_with(0.0)):
+        return math.inf
+    lo, hi = 0.0, max(mde_with(0.0), 1e-12)
+    while not mde_with(hi) <= 2 * hi:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            return math.inf
+    while hi - lo > 1e-4 * hi:
+        mid = (lo + hi) / 2
+        if mde_with(mid) <= 2 * mid:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _items_for(mde_at, target: float, n: int) -> float:

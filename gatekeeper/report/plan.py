@@ -22,13 +22,15 @@ def _cells(r: PlanRow) -> list[str]:
     share = f"{r.sequential_share:.0%}" if math.isfinite(r.sequential_share) else "–"
     power = f"{r.sequential_power:.0%}" if math.isfinite(r.sequential_power) else "–"
     return [f"{r.key.task} {r.key.metric} ({r.key.filter})", f"{r.n:,}", f"{r.margin:g}", spread, _num(r.mde),
-            _items(r.items_needed), share, power, {True: "yes", False: "NO", None: "–"}[r.resolves]]
+            _num(r.smallest_margin, ".2g"), _items(r.items_needed), share, power,
+            {True: "yes", False: "NO", None: "–"}[r.resolves]]
 
 
 # The fixed gate evaluates every item and has 80% power at the MDE by definition; the sequential
 # columns are the same figures for `gate --sequential`.
-HEADER = ["metric", "n", "margin", "harmless spread", "MDE (80%)", "items for 2x margin", "sequential items",
-          "sequential power at MDE", "resolves"]
+# "smallest margin": the least margin these items resolve (MDE at most twice the margin).
+HEADER = ["metric", "n", "margin", "harmless spread", "MDE (80%)", "smallest margin", "items for 2x margin",
+          "sequential items", "sequential power at MDE", "resolves"]
 
 
 def _summary(p: Plan) -> list[str]:
@@ -78,6 +80,7 @@ def to_json(p: Plan) -> dict[str, Any]:
                      "metric": r.key.metric, "n": r.n,
                      "margin": r.margin, "level": r.level, "test": r.test, "flip_rate": r.flip_rate,
                      "spread_from": r.spread_from, "mde": _finite(r.mde),
+                     "smallest_margin": _finite(r.smallest_margin),
                      "items_for_twice_margin": _finite(r.items_needed),
                      "items_for_twice_margin_unreachable": r.items_needed == math.inf,
                      "sequential_share": _finite(r.sequential_share),
