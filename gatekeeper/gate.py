@@ -564,8 +564,9 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
     worst = max(gated, key=lambda c: c.drop / (abs(c.test.baseline) or 1.0), default=None)
     text = f"{worst.key.task} {worst.key.metric} {worst.test.delta:+.4f}" if worst is not None else ""
     items = info["evaluated"] / info["total"] if info.get("total") else (1.0 if not sequential_gate else None)
+    beyond = any(c.drop > c.margin for c in gated)
     return plans.MutantRow(m.name, m.defect, m.what, res.report_json.get("verdict", ""), res.exit_code, items,
-                           info.get("stopped_at"), text)
+                           info.get("stopped_at"), text, beyond_margin=beyond)
 
 
 # ----------------------------------------------------------------------------- one path

@@ -143,7 +143,13 @@ def test_mutants_of_the_demo_base_run_end_to_end_and_agree_with_gating_by_hand(t
     for name in ("drop-layer", "embed-swap", "noise-10%"):
         assert rows[name]["flagged"], rows[name]
     assert not rows["fp16-roundtrip"]["flagged"] and not rows["batch-size"]["flagged"]
-    assert data["false_alarm_rate"] == 0.0 and data["catch_rate"] >= 3 / 7
+    # Issue #27: each variant is labelled by what it measurably did to the suite's items, and the
+    # rates count those: a variant whose every gated drop is within its margin is not a miss.
+    assert all(v["beyond_margin"] for v in rows.values() if v["flagged"])
+    assert not rows["fp16-roundtrip"]["beyond_margin"] and not rows["batch-size"]["beyond_margin"]
+    due = [v for v in rows.values() if v["should_fail"]]
+    assert data["catch_rate"] == pytest.approx(sum(v["flagged"] for v in due) / len(due))
+    assert data["false_alarm_rate"] == 0.0 and data["catch_rate"] >= 0.5
     # The table says what gating the variant by hand says.
     for name in ("embed-swap", "int4", "fp16-roundtrip"):
         hand = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--model",

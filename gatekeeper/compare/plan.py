@@ -272,15 +272,26 @@ class MutantRow:
     look: int | None  # the look it stopped at (sequential)
     worst: str  # the gated comparison that moved most, e.g. "demo_capitals_mc acc -0.4300"
     error: str | None = None
+    # Measured on the suite's items (those the gate evaluated): some gated drop beyond its margin.
+    # How a variant was made says what it should do to a model; this says what it did to the
+    # suite: 1% weight noise that changes one item in 225 is nothing a gate should fail.
+    beyond_margin: bool | None = None
 
     @property
     def flagged(self) -> bool:
         return self.exit_code == 1
 
     @property
+    def should_fail(self) -> bool:
+        """The gate should fail it: its measured effect is beyond a margin (else, before it was
+        measured, how it was made)."""
+        return self.defect if self.beyond_margin is None else self.beyond_margin
+
+    @property
     def right(self) -> bool:
-        """The gate did what it should: failed a defect, passed a harmless variant."""
-        return self.flagged == self.defect and self.error is None
+        """The gate did what it should: failed a variant that moved a gated metric beyond its
+        margin, passed one that did not."""
+        return self.flagged == self.should_fail and self.error is None
 
 
 @dataclass(frozen=True)
@@ -292,10 +303,12 @@ class MutantsPlan:
 
     @property
     def catch_rate(self) -> float:
-        defects = [r for r in self.rows if r.defect]
-        return sum(r.flagged for r in defects) / len(defects) if defects else math.nan
+        """Flagged among the variants whose measured effect is beyond a margin."""
+        due = [r for r in self.rows if r.should_fail and r.error is None]
+        return sum(r.flagged for r in due) / len(due) if due else math.nan
 
     @property
     def false_alarm_rate(self) -> float:
-        harmless = [r for r in self.rows if not r.defect]
-        return sum(r.flagged for r in harmless) / len(harmless) if harmless else math.nan
+        """Flagged among the variants that moved no gated metric beyond its margin."""
+        within = [r for r in self.rows if not r.should_fail and r.error is None]
+        return sum(r.flagged for r in within) / len(within) if within else math.nan

@@ -219,6 +219,14 @@ def resolution_warnings(c: Comparison, alpha: float, test_mode: str = "superiori
             f"{c.key}: margin {c.margin:.4g} is below what {t.units} items can resolve: only a drop "
             f"above {critical:.4g} can be significant (mde {c.mde:.4g}); add items or widen the margin"
         ]
+    # What `plan` calls "resolves": a drop of twice the margin caught 4 times in 5. One answer
+    # to "is my suite big enough?" in plan and in every gate's report.
+    if math.isfinite(c.mde) and c.mde > 2 * c.margin:
+        return [
+            f"{c.key}: margin {c.margin:.4g} is below what {t.units} items can resolve: a drop must reach "
+            f"{c.mde:.4g} to be caught 4 times in 5 (over twice the margin); `gatekeeper plan` gives the "
+            "smallest margin they can gate; add items or widen the margin"
+        ]
     return []
 
 

@@ -89,26 +89,38 @@ def to_json(p: Plan) -> dict[str, Any]:
     }
 
 
-MUTANT_HEADER = ["variant", "kind", "verdict", "gate", "items", "worst gated change", "what was done"]
+MUTANT_HEADER = ["variant", "made as", "measured effect", "verdict", "gate", "items", "worst gated change",
+                 "what was done"]
+
+
+def _effect(r: MutantRow) -> str:
+    if r.beyond_margin is None:
+        return "–"
+    return "beyond a margin" if r.beyond_margin else "within the margins"
 
 
 def _mutant_cells(r: MutantRow) -> list[str]:
-    ok = "ok" if r.right else ("MISSED" if r.defect else "FALSE ALARM")
+    ok = "ok" if r.right else ("MISSED" if r.should_fail else "FALSE ALARM")
     if r.error:
         ok = "error"
     items = f"{r.items:.0%}" + (f" (look {r.look})" if r.look else "") if r.items is not None else "–"
-    return [r.name, "defect" if r.defect else "harmless", r.verdict, ok, items, r.worst or "–", r.what]
+    return [r.name, "defect" if r.defect else "harmless", _effect(r), r.verdict, ok, items, r.worst or "–", r.what]
 
 
 def _mutant_summary(p: MutantsPlan) -> list[str]:
-    defects = [r for r in p.rows if r.defect]
-    harmless = [r for r in p.rows if not r.defect]
-    caught = sum(r.flagged for r in defects)
-    alarms = sum(r.flagged for r in harmless)
+    due = [r for r in p.rows if r.should_fail and not r.error]
+    within = [r for r in p.rows if not r.should_fail and not r.error]
+    caught = sum(r.flagged for r in due)
+    alarms = sum(r.flagged for r in within)
     errors = [r for r in p.rows if r.error]
+    rate = f" ({p.catch_rate:.0%})" if due else ""
     lines = [f"plan --mutants for suite {p.suite} on {p.model} ({'sequential' if p.sequential else 'every item'}): "
-             f"caught {caught} of {len(defects)} defects ({p.catch_rate:.0%}), "
-             f"{alarms} false alarm{'s' if alarms != 1 else ''} in {len(harmless)} harmless variants"]
+             f"caught {caught} of {len(due)} variants that moved a gated metric beyond its margin{rate}, "
+             f"{alarms} false alarm{'s' if alarms != 1 else ''} in {len(within)} that did not"]
+    quiet = [r.name for r in within if r.defect]
+    if quiet:
+        lines.append(f"made as defects but within the margins on this suite's items: {', '.join(quiet)} "
+                     "(nothing a gate should fail here; a suite that must see them needs more items or smaller margins)")
     if errors:
         lines.append(f"{len(errors)} variant(s) could not be gated: " + "; ".join(f"{r.name}: {r.error}" for r in errors))
     return lines
@@ -132,5 +144,6 @@ def mutants_json(p: MutantsPlan) -> dict[str, Any]:
     return {"suite": p.suite, "model": p.model, "sequential": p.sequential, "catch_rate": _finite(p.catch_rate),
             "false_alarm_rate": _finite(p.false_alarm_rate),
             "variants": [{"name": r.name, "defect": r.defect, "what": r.what, "verdict": r.verdict,
+                          "beyond_margin": r.beyond_margin, "should_fail": r.should_fail,
                           "exit_code": r.exit_code, "flagged": r.flagged, "right": r.right, "items": r.items,
                           "stopped_at": r.look, "worst": r.worst or None, "error": r.error} for r in p.rows]}
