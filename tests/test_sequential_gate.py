@@ -68,7 +68,9 @@ def test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs(
     proc, report = _sequential("harmless", tmp_path)
     seq = report["sequential"]
     assert proc.returncode == 0 and report["verdict"] == "pass"
-    assert seq["decision"] == "pass" and seq["stopped_at"] <= 2 and seq["evaluated"] <= 0.6 * seq["total"]
+    # Early, on part of the items: at look 2 of 3 on 62% of them (measured). The demo's 200-225 items a
+    # task resolve little, and the futility bound keeps the fixed gate's power (issue #26).
+    assert seq["decision"] == "pass" and seq["stopped_at"] <= 2 and seq["evaluated"] <= 0.7 * seq["total"]
     # The looks' items, joined, are the unsequenced run's items: same documents, values, hashes.
     suite = load_suite(SUITE)
     looks = sorted((tmp_path / "runs").glob("look-*"))
@@ -160,11 +162,12 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
         tmp_path: Path, demo_run) -> None:
     """Looks of 2 shards each (run --look K/L --shard k/2), judged by gate --sequential --run after
     each wave: the same decisions, items and p-values as gate --sequential in one process; then
-    run --complete gives the whole run."""
-    model = str(ROOT / "examples" / "checkpoints" / "regressed")
+    run --complete gives the whole run. The harmless checkpoint: its perplexity task stops at look
+    1 (measured), so look 2's wave runs with --done, and the gate passes at look 3 of 4."""
+    model = str(ROOT / "examples" / "checkpoints" / "harmless")
     waves = tmp_path / "waves"
     done = ""
-    for k in (1, 2):
+    for k in (1, 2, 3):
         for part in (1, 2):
             args = ["run", "--suite", str(SUITE), "--model", model, "--look", f"{k}/4", "--shard", f"{part}/2",
                     "--out", str(waves / f"look-{k}" / f"part-{part}")]
@@ -178,16 +181,16 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
         judged = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(waves), "--json",
                       str(tmp_path / f"wave-{k}.json"), cwd=tmp_path)
         report = json.loads((tmp_path / f"wave-{k}.json").read_text())
-        if k == 1:
+        if k < 3:
             assert judged.returncode == 0 and report["verdict"] == "continue", judged.stdout[-2000:]
             nxt = report["sequential"]["next"]
-            assert nxt["look"] == 2 and "demo_capitals_mc" not in nxt["done"] and nxt["done"]
+            assert nxt["look"] == k + 1 and "demo_capitals_mc" not in nxt["done"] and nxt["done"]
             done = ",".join(nxt["done"])
-            assert f"gatekeeper run --look 2/4 --done {done}" in judged.stdout
-    assert judged.returncode == 1 and report["verdict"] == "fail" and report["sequential"]["stopped_at"] == 2
+            assert f"gatekeeper run --look {k + 1}/4 --done {done}" in judged.stdout
+    assert judged.returncode == 0 and report["verdict"] == "pass" and report["sequential"]["stopped_at"] == 3
     one = _cli("gate", "--suite", str(SUITE), "--model", model, "--sequential", "--looks", "4", "--out",
                str(tmp_path / "one"), "--json", str(tmp_path / "one.json"), cwd=tmp_path)
-    assert one.returncode == 1, one.stderr[-2000:]
+    assert one.returncode == 0, one.stderr[-2000:]
     single = json.loads((tmp_path / "one.json").read_text())
 
     def table(r: dict) -> dict:
@@ -221,7 +224,7 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     # A wave of another checkpoint mixed in is refused, not judged as one model.
     mixed = tmp_path / "mixed"
     shutil.copytree(waves / "look-1" / "part-1", mixed / "look-1" / "part-1")
-    proc = _cli("run", "--suite", str(SUITE), "--model", str(ROOT / "examples" / "checkpoints" / "harmless"),
+    proc = _cli("run", "--suite", str(SUITE), "--model", str(ROOT / "examples" / "checkpoints" / "regressed"),
                 "--look", "1/4", "--shard", "2/2", "--out", str(mixed / "look-1" / "part-2"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     bad = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(mixed), cwd=tmp_path)
@@ -277,7 +280,7 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     suite = load_suite(SUITE)
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         full = load_run(next((waves / "complete").iterdir()), cluster_keys=suite.cluster_keys())
-        whole = load_run(demo_run("regressed"), cluster_keys=suite.cluster_keys())
+        whole = load_run(demo_run("harmless"), cluster_keys=suite.cluster_keys())
     for key, s in whole.series.items():
         assert np.array_equal(s.hashes, full.series[key].hashes), key
         assert np.allclose(np.asarray(s.values, dtype=float), np.asarray(full.series[key].values, dtype=float),
