@@ -166,6 +166,8 @@ def _suite_text(name: str, include: str | None, tasks: list[str], metrics: dict[
         "  alpha: 0.05          # false-alarm rate of the whole suite",
         "  correction: holm",
         "  margin: 0.0          # default drop tolerated, in each metric's own units",
+        "  # Is a margin too small for the items? After the first baseline, `gatekeeper plan --suite",
+        "  # THIS_FILE` prints each metric's MDE and the smallest margin its items can gate.",
         "tasks:",
     ]
     for task in tasks:
