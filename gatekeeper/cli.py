@@ -519,6 +519,8 @@ def _plan_mutants(args: argparse.Namespace) -> int:
     if clash:
         raise GateError(f"plan --mutants: {', '.join(clash)} does not apply (the variants are gated against a fresh "
                         "run of MODEL)")
+    if args.fixed and args.looks:
+        raise GateError("plan --mutants --fixed: --looks does not apply (the fixed gate evaluates every item at once)")
     with contextlib.ExitStack() as stack:
         out = args.out or stack.enter_context(tempfile.TemporaryDirectory(prefix="gatekeeper-mutants-"))
         result = gate.plan_mutants(args.suite, args.mutants, out_dir=out, sequential_gate=not args.fixed,

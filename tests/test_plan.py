@@ -94,7 +94,9 @@ def test_plan_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     for args, message in ((["--flip-rate", "5"], "--flip-rate 5: a share of the items"),
                           (["--against", str(tmp_path / "nope")], "--against names no run folder"),
                           (["--looks", "1"], "--looks 1: between 2 and 10"),
-                          (["--baseline", str(tmp_path / "none.json.gz")], "no baseline file")):
+                          (["--baseline", str(tmp_path / "none.json.gz")], "no baseline file"),
+                          (["--mutants", str(ROOT / "examples" / "checkpoints" / "base"), "--fixed", "--looks", "3"],
+                           "--fixed: --looks does not apply")):
         proc = _plan(*args, cwd=tmp_path)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
