@@ -199,6 +199,6 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, beta: float
     for c, f in zip(gated, stops, strict=True):
         for task in (c.subtasks or (c.key.task,)):
             tasks[task] = tasks.get(task, True) and bool(f)
-    done = frozenset(t for t, futile in tasks.items() if futile)
+    done = frozenset(task for task, all_futile in tasks.items() if all_futile)
     stop = bool(gated) and len(done) == len(tasks)
     return LookDecision(look, frac, level, "pass" if stop else "continue", flags, done)
