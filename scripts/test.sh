@@ -12,6 +12,10 @@ export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLIN
 # OpenMP threads spin while they wait (measured: a demo run beside another used 14.8 s of CPU with
 # 2 threads, 11.5 s with 1, and was 10% slower). Set OMP_NUM_THREADS to override.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+# Each worker imports torch, transformers and lm-eval once, in a server whose forked children run
+# the tests' `python -m gatekeeper ...` subprocesses (tests/warm_start.py; a line in
+# .venv/.../zz_gatekeeper_test_warm.pth, inert outside a test run). GATEKEEPER_TEST_COLD=1 starts
+# every subprocess cold instead.
 # -rs: a skipped test says why (only the container test may skip: no Docker daemon to be had).
 # -n 2 --dist loadfile: both cores, each test file on one worker (its module fixtures evaluate the
 # demo once); --durations 25: the slowest tests, every run (tests/conftest.py holds the CPU budget).

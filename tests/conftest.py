@@ -8,10 +8,18 @@ import os
 # scripts/test.sh sets it (two workers on two cores; see there). Before numpy or torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# What scripts/test.sh exports (a local model needs no hub), so pytest run alone sees the same.
+for _name in ("TQDM_DISABLE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import sysconfig  # noqa: E402
+import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -19,6 +27,8 @@ import pytest  # noqa: E402
 
 from tests.demo_runs import DEMO_CHECKPOINTS, DemoGate, lm_eval_installed, make_demo_gate  # noqa: E402
 from tests.github_server import FakeGitHub  # noqa: E402
+from tests.warm_start import COLD_ENV, HOOK_ENV, PTH_LINE, PTH_NAME  # noqa: E402
+from tests.warm_start import ENV as WARM_ENV  # noqa: E402
 
 REPO = "octo/repo"
 _DEMO: dict[str, DemoGate] = {}  # one evaluation per checkpoint per session, whichever test asks first
@@ -78,12 +88,24 @@ END_TO_END = frozenset({
     "test_the_request_cache_never_unpickles_and_never_answers_for_another_model",
     "test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs",
 })
+# Files with the longest tests start first, so that neither worker ends the run alone on one of
+# them (with --dist loadfile a file is the unit a worker takes; the fresh clone alone is 3 minutes).
+LONG_FILES = ("test_fresh_clone.py", "test_plan.py", "test_sequential_gate.py", "test_workflows.py",
+              "test_container.py", "test_drift.py", "test_backends.py", "test_pr_trust.py")
 CPU_REPORT_ENV = "GATEKEEPER_TEST_CPU_REPORT"  # a file: each test's CPU seconds, one JSON line a test
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
 
 
 def _cpu_seconds() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _warm_cpu_seconds()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -122,9 +144,60 @@ def _controller(config: pytest.Config) -> bool:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if _controller(session.config):
         _EXAMPLES_BEFORE.update(_examples_files())
+    if not _controller(session.config) or not getattr(session.config.option, "numprocesses", None):
+        _start_warm_server()
+
+
+# The warm start (tests/warm_start.py): one server a process that runs tests, whose forked children
+# run the tests' `python -m gatekeeper ...` subprocesses without importing torch and lm-eval again.
+_WARM: dict[str, object] = {}
+
+
+def _start_warm_server() -> None:
+    if os.environ.get(COLD_ENV):
+        return
+    pth = Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
+    try:
+        if not pth.is_file() or pth.read_text(encoding="utf-8") != PTH_LINE:
+            pth.write_text(PTH_LINE, encoding="utf-8")
+    except OSError:
+        return  # a read-only environment: every subprocess starts cold
+    folder = tempfile.mkdtemp(prefix="gkwarm-", dir="/tmp" if os.path.isdir("/tmp") else None)  # a short socket path
+    os.environ[WARM_ENV] = os.path.join(folder, "info.json")
+    os.environ[HOOK_ENV] = str(Path(__file__).with_name("warm_start.py"))
+    log = open(os.path.join(folder, "log"), "wb")  # noqa: SIM115 - the server's, for as long as it runs
+    server = subprocess.Popen([sys.executable, os.environ[HOOK_ENV], folder], stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=log, env=dict(os.environ))
+    Path(folder, "pid").write_text(str(server.pid), encoding="utf-8")  # clients wait for it while it imports
+    _WARM.update(folder=folder, server=server, log=log)
+
+
+def _warm_cpu_seconds() -> float:
+    """The CPU of the warm children this process's tests started (each adds a line when it ends)."""
+    if not _WARM:
+        return 0.0
+    try:
+        with open(os.path.join(str(_WARM["folder"]), "cpu"), encoding="utf-8") as fh:
+            return sum(float(line) for line in fh if line.strip())
+    except OSError:
+        return 0.0
+
+
+def _stop_warm_server() -> None:
+    if not _WARM:
+        return
+    server = _WARM["server"]
+    server.kill()  # type: ignore[attr-defined]
+    server.wait()  # type: ignore[attr-defined]
+    _WARM["log"].close()  # type: ignore[attr-defined]
+    shutil.rmtree(str(_WARM["folder"]), ignore_errors=True)
+    for name in (WARM_ENV, HOOK_ENV):
+        os.environ.pop(name, None)
+    _WARM.clear()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _stop_warm_server()
     if not _controller(session.config) or not _EXAMPLES_BEFORE:
         return
     after = _examples_files()

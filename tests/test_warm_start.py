@@ -1,0 +1,120 @@
+"""The tests' warm start (tests/warm_start.py, issue #28) runs a CLI subprocess exactly as a fresh
+interpreter would, and starts one cold whenever it could not."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.demo_runs import DEMO_BASELINE, DEMO_SUITE, OFFLINE_ENV, ROOT, lm_eval_installed
+from tests.test_backends import _write_suite
+from tests.warm_start import COLD_ENV, ENV
+
+pytestmark = pytest.mark.skipif(not os.environ.get(ENV), reason=f"the warm start is off ({COLD_ENV} is set)")
+
+
+def _warm_runs() -> int:
+    """How many warm children have ended in this test process's server."""
+    ledger = Path(os.environ[ENV]).with_name("cpu")
+    return len(ledger.read_text().splitlines()) if ledger.is_file() else 0
+
+
+def _cli(*args: str, cold: bool = False, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, **OFFLINE_ENV, **env}
+    if cold:
+        full[COLD_ENV] = "1"
+    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _wait_for_server() -> None:
+    deadline = time.monotonic() + 120
+    while not Path(os.environ[ENV]).is_file():  # the server imports torch and lm-eval first
+        assert time.monotonic() < deadline, "the warm server never came up"
+        time.sleep(0.2)
+
+
+def test_a_warm_run_prints_and_exits_as_a_cold_one(tmp_path: Path) -> None:
+    _wait_for_server()
+    commands = [
+        ("compare", str(DEMO_BASELINE), str(DEMO_BASELINE), "--suite", str(DEMO_SUITE)),  # pass, exit 0
+        ("compare", str(tmp_path / "missing.json"), str(DEMO_BASELINE), "--suite", str(DEMO_SUITE)),  # exit 2
+        ("--version",),
+    ]
+    for args in commands:
+        before = _warm_runs()
+        warm = _cli(*args)
+        assert _warm_runs() == before + 1, f"{args} did not run warm"
+        cold = _cli(*args, cold=True)
+        assert _warm_runs() == before + 1
+        assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
+
+
+@pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed")
+def test_a_warm_lm_eval_run_writes_the_same_items_as_a_cold_one(tmp_path: Path) -> None:
+    _wait_for_server()
+    outputs = {}
+    for mode in ("warm", "cold"):
+        before = _warm_runs()
+        proc = _cli("run", "--suite", str(DEMO_SUITE), "--model", "examples/checkpoints/base", "--limit", "8",
+                    "--out", str(tmp_path / mode), cold=mode == "cold")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert _warm_runs() == before + (mode == "warm")
+        samples = sorted((tmp_path / mode).rglob("samples_*.jsonl"))
+        assert len(samples) == 4
+        outputs[mode] = ([re.sub(r"_\d{4}-\d\d-\d\dT[\d.-]+\.jsonl$", "", p.name) for p in samples],
+                         [p.read_bytes() for p in samples],
+                         re.sub(r"\[ *[\d.]+s\]|in [\d.]+s|[\d.]+/s|/(warm|cold)/", "", proc.stdout))
+    assert outputs["warm"] == outputs["cold"]
+
+
+def test_a_process_that_could_differ_from_the_server_starts_cold(tmp_path: Path) -> None:
+    _wait_for_server()
+    args = ("compare", str(DEMO_BASELINE), str(DEMO_BASELINE), "--suite", str(DEMO_SUITE))
+    before = _warm_runs()
+    # A library reads its variables at import: another value than the server's is a fresh import.
+    assert _cli(*args, HF_HOME=str(tmp_path / "hf")).returncode == 0
+    # A module in the working directory shadows the server's own import (a pull request could plant one).
+    (tmp_path / "yaml.py").write_text("raise SystemExit('the planted yaml ran')\n")
+    planted = _cli(*args, cwd=tmp_path)
+    assert (planted.returncode, planted.stderr.strip().splitlines()[-1]) == (1, "the planted yaml ran")
+    # A process that leads its own group (a test that kills the group) is the process the test kills.
+    led = subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=ROOT, capture_output=True,
+                         env={**os.environ, **OFFLINE_ENV}, start_new_session=True, timeout=300)
+    assert led.returncode == 0
+    assert _warm_runs() == before
+
+
+@pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed")
+def test_killing_a_warm_process_ends_its_run(tmp_path: Path) -> None:
+    _wait_for_server()
+    endpoint = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: a run that never ends alone
+    endpoint.settimeout(120)
+    url = f"http://127.0.0.1:{endpoint.getsockname()[1]}/v1/completions"
+    suite = _write_suite(tmp_path, backend="local-completions", base_url=url)
+    before = _warm_runs()
+    proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "run", "--suite", str(suite), "--model",
+                             "examples/checkpoints/base", "--limit", "2", "--out", str(tmp_path / "out")],
+                            cwd=ROOT, env={**os.environ, **OFFLINE_ENV}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    conn, _ = endpoint.accept()  # the run's first request is in flight
+    conn.settimeout(10)
+    proc.send_signal(signal.SIGKILL)  # as subprocess.run does on a timeout
+    proc.wait()
+    try:
+        while conn.recv(65536):  # the request, then end of file once the warm child is gone
+            pass
+    except TimeoutError:
+        pytest.fail("the warm run outlived the process the test killed")
+    finally:
+        conn.close()
+        endpoint.close()
+    assert _warm_runs() == before  # killed: it never finished

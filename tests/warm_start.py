@@ -1,0 +1,338 @@
+"""A warm start for ``python -m gatekeeper`` in tests (issue #28).
+
+Most of a demo run's time is spent importing torch, transformers and lm-eval (about 4 s of CPU of
+a run's 8), and the tests start the CLI as a subprocess hundreds of times. Each test worker
+starts one server process (``python tests/warm_start.py DIR``) that imports those libraries once
+and then forks a child for every ``python -m gatekeeper[.action] ...`` a test starts. The child
+takes the process's argv, environment, working directory, umask and its stdin/stdout/stderr,
+imports gatekeeper fresh from that process's own ``sys.path`` (a pull request's planted module
+is found as it would be), runs the module as ``__main__`` and hands back the exit code. Every
+subprocess call, its exit code and its output stay real; only the import is shared.
+
+The hook is a ``.pth`` line in the virtual environment (the way coverage.py measures
+subprocesses). It does nothing unless ``GATEKEEPER_TEST_WARM`` is set, and the process starts
+cold, as it always did, whenever the warm child could differ from a fresh interpreter:
+
+- another interpreter (a fresh clone's venv, the container), user, group or interpreter flags;
+- any environment variable a library could read at import differs (everything but the names
+  in ``VOLATILE``: gatekeeper reads those itself, and gatekeeper is never pre-imported);
+- a folder on the process's own path (its working directory, ``PYTHONPATH``) holds a module
+  with the name of one the server imported;
+- the process leads its own process group (a test that kills the group, as a preempted runner).
+
+``GATEKEEPER_TEST_COLD=1`` turns it off for a whole run (scripts/test.sh passes it through), and
+tests/test_warm_start.py checks that a warm and a cold run of the same commands agree.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ENV = "GATEKEEPER_TEST_WARM"  # the server's info file (JSON), set by tests/conftest.py
+HOOK_ENV = "GATEKEEPER_TEST_WARM_HOOK"  # this file, which the .pth line runs in every new interpreter
+COLD_ENV = "GATEKEEPER_TEST_COLD"
+WHY_ENV = "GATEKEEPER_TEST_WARM_WHY"  # a file: each process that starts cold adds why, and its command
+MODULES = ("gatekeeper", "gatekeeper.action")
+# What the server imports: everything heavy a CLI run of the demo imports, and nothing of gatekeeper.
+PRELOAD = ("numpy", "scipy.stats", "yaml", "requests", "jinja2", "torch", "transformers", "datasets",
+           "lm_eval", "lm_eval.api.registry", "lm_eval.evaluator", "lm_eval.tasks", "lm_eval.models.huggingface",
+           "transformers.models.gpt2.modeling_gpt2", "transformers.models.auto.modeling_auto", "sklearn")
+# Read by gatekeeper or the test itself, at run time: these may differ between the server and a run.
+VOLATILE_PREFIXES = ("GITHUB_", "INPUT_", "RUNNER_", "GATEKEEPER_", "PYTEST_", "ACTIONS_")
+# Read only when used, never at import (checked in their sources): TOKENIZERS_PARALLELISM, which
+# transformers and datasets set in the test process once it has run a model, and API keys.
+VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "TOKENIZERS_PARALLELISM"})
+VOLATILE_SUFFIXES = ("_API_KEY",)
+PTH_NAME = "zz_gatekeeper_test_warm.pth"  # last of the .pth files: sys.path is whole when it runs
+PTH_LINE = ("import os, sys; os.environ.get('GATEKEEPER_TEST_WARM') and sys.orig_argv[1:2] == ['-m'] and "
+            "__import__('runpy').run_path(os.environ['GATEKEEPER_TEST_WARM_HOOK'], run_name='gatekeeper_warm')\n")
+
+
+def env_key(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items()
+            if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES) and not k.endswith(VOLATILE_SUFFIXES)}
+
+
+def _ids() -> list[int]:
+    return [os.getuid(), os.getgid(), *sorted(os.getgroups())]
+
+
+# ----------------------------------------------------------------------------- the client (the hook)
+
+
+def _shadows(folders: list[str], modules: set[str]) -> str | None:
+    for folder in folders:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.split(".", 1)[0] in modules:
+                return os.path.join(folder, name)
+    return None
+
+
+def _warm_request() -> tuple[dict, dict] | str:
+    """What the server needs to run this process, or why it must start cold."""
+    argv = sys.orig_argv
+    if len(argv) < 3 or argv[1] != "-m" or argv[2] not in MODULES or os.environ.get(COLD_ENV):
+        return "not a gatekeeper module, or the warm start is off"
+    info = _server_info(os.environ.get(ENV, ""))
+    if info is None:
+        return "no server"
+    if [sys.executable, list(sys.flags), _ids()] != [info["executable"], info["flags"], info["ids"]]:
+        return "another interpreter, flags, user or group"
+    if os.getpgid(0) == os.getpid():
+        return "leads its process group"
+    key = env_key(dict(os.environ))
+    for name, value in info["added"].items():  # what the import sets anyway (a test process that imported torch)
+        if key.get(name) == value:
+            del key[name]
+    own_bin = os.path.dirname(sys.executable)  # the workflow emulator puts the runner's `python` first on PATH
+    if key.get("PATH", "").startswith(own_bin + os.pathsep) and key["PATH"][len(own_bin) + 1:] == info["env"].get("PATH"):
+        key["PATH"] = info["env"]["PATH"]
+    if key != info["env"]:
+        return "environment differs: " + ", ".join(sorted(k for k in set(key) | set(info["env"])
+                                                          if key.get(k) != info["env"].get(k)))
+    path = list(sys.path)
+    if not set(info["sys_path"]) <= set(path):
+        return "sys.path lacks the server's folders"
+    first = [] if sys.flags.safe_path else [os.getcwd()]  # what -m puts first, after site has run
+    extra = first + [p for p in path if p not in info["sys_path"]]
+    shadow = _shadows(extra, set(info["modules"]))
+    if shadow:
+        return f"{shadow} shadows a module the server imported"
+    request = {"module": argv[2], "args": argv[3:], "env": dict(os.environ), "cwd": os.getcwd(),
+               "umask": _umask(), "sys_path": first + path}
+    return info, request
+
+
+def _server_info(path: str) -> dict | None:
+    """The server's info; while it is still importing (a few seconds at the start of a test run),
+    wait for it: a cold start would cost as much."""
+    import json
+    import time
+
+    folder = os.path.dirname(path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(os.path.join(folder, "pid"), encoding="utf-8") as fh:
+                os.kill(int(fh.read()), 0)  # still starting
+        except (OSError, ValueError):
+            return None  # never started, refused to serve, or gone
+        time.sleep(0.1)
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def client() -> None:
+    """Run this process's ``-m gatekeeper...`` in a warm child; return (and start cold) if it can't."""
+    if getattr(sys, "_gatekeeper_warm_checked", False):
+        return  # site runs a .pth twice where lib64 links to lib
+    sys._gatekeeper_warm_checked = True
+    found = _warm_request()
+    if isinstance(found, str):
+        if os.environ.get(WHY_ENV):
+            try:
+                with open(os.environ[WHY_ENV], "a", encoding="utf-8") as fh:
+                    fh.write(f"{found}: {' '.join(sys.orig_argv[2:5])} in {os.getcwd()}\n")
+            except OSError:
+                pass  # another user's process
+        return
+    import json
+    import signal
+    import socket
+
+    info, request = found
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(info["socket"])
+        body = json.dumps(request).encode()
+        socket.send_fds(sock, [len(body).to_bytes(8, "big") + body], [0, 1, 2])
+        reader = sock.makefile("rb")
+        pid = int(reader.readline())
+    except (OSError, ValueError):
+        sock.close()
+        return  # nothing ran: start cold
+    # The test signals this process; the child is the one running.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    status = reader.readline()
+    try:
+        code = int(status)
+    except ValueError:
+        os.write(2, b"warm start: the run ended without an exit status (killed?)\n")
+        code = 70
+    os._exit(code)
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def _top_modules() -> list[str]:
+    return sorted({name.split(".", 1)[0] for name in sys.modules} - set(sys.builtin_module_names))
+
+
+def _child(conn, ledger: str, added: dict[str, str]) -> None:
+    """In the forked child: become the client's process and run its module. Never returns."""
+    import atexit
+    import importlib
+    import json
+    import resource
+    import runpy
+    import signal
+    import socket
+    import threading
+    import traceback
+
+    code = 70
+    try:
+        head, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
+        size = int.from_bytes(head[:8], "big")
+        body = head[8:]
+        while len(body) < size:
+            more = conn.recv(size - len(body))
+            if not more:
+                raise OSError("the client went away")
+            body += more
+        request = json.loads(body)
+        for target, fd in zip((0, 1, 2), fds, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as CPython sets it at start-up
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ.update(added)
+        os.chdir(request["cwd"])
+        os.umask(request["umask"])
+        sys.path[:] = request["sys_path"]
+        importlib.invalidate_caches()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()  # a fresh interpreter's global generator is seeded afresh
+        conn.sendall(f"{os.getpid()}\n".encode())
+
+        def watch() -> None:  # the client was killed (a test's timeout): so is this run
+            try:
+                conn.recv(1)
+            finally:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=watch, daemon=True).start()
+        sys.argv[:] = ["-m", *request["args"]]
+        code = _run(request["module"], runpy, traceback)
+        threading._shutdown()  # noqa: SLF001 - what the interpreter does at exit: join non-daemon threads
+        atexit._run_exitfuncs()  # noqa: SLF001
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+    except BaseException:  # noqa: BLE001 - the child must always hand back a status
+        traceback.print_exc()
+    finally:
+        try:
+            own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+            with open(ledger, "a", encoding="utf-8") as fh:
+                fh.write(f"{cpu:.3f}\n")
+            conn.sendall(f"{code}\n".encode())
+        finally:
+            os._exit(code & 0xFF)
+
+
+def _run(module: str, runpy, traceback) -> int:
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        if stop.code is None:
+            return 0
+        if isinstance(stop.code, int):
+            return stop.code
+        print(stop.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - as the interpreter: the traceback, exit 1
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def serve(folder: str) -> None:
+    import importlib
+    import io
+    import json
+    import socket
+
+    pid_path = os.path.join(folder, "pid")  # written by whoever started it: clients wait while it imports
+
+    env_before = dict(os.environ)
+    noise = io.StringIO()
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = noise
+    try:
+        for name in PRELOAD:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass  # not installed (the gate without lm-eval): a run that needs it fails as it would cold
+    finally:
+        sys.stdout, sys.stderr = real_out, real_err
+    if noise.getvalue() or any(m == "gatekeeper" or m.startswith("gatekeeper.") for m in sys.modules):
+        print(f"warm start: not serving (imports printed {noise.getvalue()[:500]!r})", file=sys.stderr)
+        os.unlink(pid_path)  # clients stop waiting
+        return
+    sock_path, info_path = os.path.join(folder, "s"), os.path.join(folder, "info.json")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(64)
+    listener.settimeout(1.0)
+    # Importing torch and huggingface_hub sets a few variables; a warm child sets them as its import would have.
+    added = {k: v for k, v in os.environ.items() if env_before.get(k) != v}
+    info = {"executable": sys.executable, "flags": list(sys.flags), "ids": _ids(), "env": env_key(env_before),
+            "added": added, "sys_path": sys.path[1:], "modules": _top_modules(), "socket": sock_path}
+    with open(info_path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(info, fh)
+    os.replace(info_path + ".tmp", info_path)  # clients see the server only once it is whole
+    parent = os.getppid()
+    ledger = os.path.join(folder, "cpu")
+    while os.getppid() == parent:  # the test worker is gone: so is the server
+        _reap()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            conn.settimeout(None)
+            _child(conn, ledger, added)
+        conn.close()
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+if __name__ == "gatekeeper_warm":
+    client()
+elif __name__ == "__main__":
+    serve(sys.argv[1])
