@@ -47,6 +47,7 @@ from gatekeeper.run import progress as progress_lines
 from gatekeeper.run.backends import BackendPlan
 from gatekeeper.run.environment import evaluation_env
 from gatekeeper.run.looks import Look
+from gatekeeper.run.once import once_per_process
 from gatekeeper.run.shard import Shard, selection
 from gatekeeper.run.taskdata import data_files_beside_yaml
 from gatekeeper.suite import names, taskcode
@@ -589,7 +590,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     caching = cache.safe_caching(s.cache_id, s.cache_key) if s.cache is not None else contextlib.nullcontext()
     try:
         with (evaluation_env(s.backend.name), caching, _known_noise(), _progress(s.backend.name, log, t0) as timed,
-              _empty_answers() as empty, _reused_model(s) if reuse else contextlib.nullcontext()):
+              _empty_answers() as empty, _reused_model(s) if reuse else contextlib.nullcontext(), once_per_process()):
             results = lm_eval.simple_evaluate(
                 model=s.backend.name,
                 model_args=dict(s.model_args),
