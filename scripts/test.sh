@@ -16,10 +16,11 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREAD
 # the tests' `python -m gatekeeper ...` subprocesses (tests/warm_start.py; a line in
 # .venv/.../zz_gatekeeper_test_warm.pth, inert outside a test run). GATEKEEPER_TEST_COLD=1 starts
 # every subprocess cold instead.
-# -rs: a skipped test says why (only the container test may skip: no Docker daemon to be had).
+# -rfEs: a failed or erroring test is named at the end, a skipped one says why (only the container
+# test may skip: no Docker daemon to be had).
 # -n 2 --dist loadfile: both cores, each test file on one worker (its module fixtures evaluate the
 # demo once); --no-loadscope-reorder: files in the order tests/conftest.py sorts them, the longest
 # first (xdist would start the files with most tests first, and the one-test fresh clone last);
 # --durations 25: the slowest tests, every run (tests/conftest.py holds the CPU budget).
-exec .venv/bin/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder \
+exec .venv/bin/python -m pytest -q -rfEs -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder \
     --durations=25 "$@"
