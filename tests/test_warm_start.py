@@ -3,6 +3,7 @@ interpreter would, and starts one cold whenever it could not."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo_runs import DEMO_BASELINE, DEMO_SUITE, OFFLINE_ENV, ROOT, lm_eval_installed
+from tests.demo_runs import DEMO_BASELINE, DEMO_SUITE, ROOT, lm_eval_installed
 from tests.test_backends import _write_suite
-from tests.warm_start import COLD_ENV, ENV
+from tests.warm_start import COLD_ENV, ENV, env_key
 
 pytestmark = pytest.mark.skipif(not os.environ.get(ENV), reason=f"the warm start is off ({COLD_ENV} is set)")
 
@@ -27,8 +28,16 @@ def _warm_runs() -> int:
     return len(ledger.read_text().splitlines()) if ledger.is_file() else 0
 
 
+def _server_env() -> dict[str, str]:
+    """This process's environment as the server has it (a test before this one in the same worker
+    may have set a variable: its subprocesses start cold, which is not what these tests are about)."""
+    info = json.loads(Path(os.environ[ENV]).read_text())
+    volatile = {k: v for k, v in os.environ.items() if k not in env_key(dict(os.environ))}
+    return {**volatile, **info["env"]}
+
+
 def _cli(*args: str, cold: bool = False, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, **OFFLINE_ENV, **env}
+    full = {**_server_env(), **env}
     if cold:
         full[COLD_ENV] = "1"
     return subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=cwd, env=full, capture_output=True,
@@ -88,7 +97,7 @@ def test_a_process_that_could_differ_from_the_server_starts_cold(tmp_path: Path)
     assert (planted.returncode, planted.stderr.strip().splitlines()[-1]) == (1, "the planted yaml ran")
     # A process that leads its own group (a test that kills the group) is the process the test kills.
     led = subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=ROOT, capture_output=True,
-                         env={**os.environ, **OFFLINE_ENV}, start_new_session=True, timeout=300)
+                         env=_server_env(), start_new_session=True, timeout=300)
     assert led.returncode == 0
     assert _warm_runs() == before
 
@@ -103,7 +112,7 @@ def test_killing_a_warm_process_ends_its_run(tmp_path: Path) -> None:
     before = _warm_runs()
     proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "run", "--suite", str(suite), "--model",
                              "examples/checkpoints/base", "--limit", "2", "--out", str(tmp_path / "out")],
-                            cwd=ROOT, env={**os.environ, **OFFLINE_ENV}, stdout=subprocess.DEVNULL,
+                            cwd=ROOT, env=_server_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     conn, _ = endpoint.accept()  # the run's first request is in flight
     conn.settimeout(10)

@@ -39,7 +39,9 @@ PRELOAD = ("numpy", "scipy.stats", "yaml", "requests", "jinja2", "torch", "trans
            "lm_eval", "lm_eval.api.registry", "lm_eval.evaluator", "lm_eval.tasks", "lm_eval.models.huggingface",
            "transformers.models.gpt2.modeling_gpt2", "transformers.models.auto.modeling_auto", "sklearn")
 # Read by gatekeeper or the test itself, at run time: these may differ between the server and a run.
-VOLATILE_PREFIXES = ("GITHUB_", "INPUT_", "RUNNER_", "GATEKEEPER_", "PYTEST_", "ACTIONS_")
+# MLFLOW_*: gatekeeper's tracking sets them in the test process; mlflow is not pre-imported, and
+# transformers reads them only when its MLflow callback runs.
+VOLATILE_PREFIXES = ("GITHUB_", "INPUT_", "RUNNER_", "GATEKEEPER_", "PYTEST_", "ACTIONS_", "MLFLOW_")
 # Read only when used, never at import (checked in their sources): TOKENIZERS_PARALLELISM, which
 # transformers and datasets set in the test process once it has run a model, and API keys.
 VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "TOKENIZERS_PARALLELISM"})
