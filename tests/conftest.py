@@ -88,8 +88,8 @@ END_TO_END = frozenset({
     "test_the_request_cache_never_unpickles_and_never_answers_for_another_model",
     "test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs",
 })
-# Files with the longest tests start first, so that neither worker ends the run alone on one of
-# them (with --dist loadfile a file is the unit a worker takes; the fresh clone alone is 3 minutes).
+# Among files of as many tests, the longest start first (xdist's loadfile starts the files with
+# most tests first; a file is the unit a worker takes; the fresh clone alone is 3 minutes).
 LONG_FILES = ("test_fresh_clone.py", "test_plan.py", "test_sequential_gate.py", "test_workflows.py",
               "test_container.py", "test_drift.py", "test_backends.py", "test_pr_trust.py")
 CPU_REPORT_ENV = "GATEKEEPER_TEST_CPU_REPORT"  # a file: each test's CPU seconds, one JSON line a test
