@@ -21,6 +21,7 @@ import sys  # noqa: E402
 import sysconfig  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -88,19 +89,28 @@ END_TO_END = frozenset({
     "test_the_request_cache_never_unpickles_and_never_answers_for_another_model",
     "test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs",
 })
-# Among files of as many tests, the longest start first (xdist's loadfile starts the files with
-# most tests first; a file is the unit a worker takes; the fresh clone alone is 3 minutes).
-LONG_FILES = ("test_fresh_clone.py", "test_plan.py", "test_sequential_gate.py", "test_workflows.py",
-              "test_container.py", "test_drift.py", "test_backends.py", "test_pr_trust.py")
+# The files that start first, one on each worker, before xdist's own order (files with most tests
+# first). Each is one long test that is mostly waiting or its own processes: the fresh clone
+# (~3 min, pip installing into its own venv) and the container (a docker build). In xdist's order
+# they came last, and the fresh clone ran alone for its last 2-3 minutes.
+FIRST_FILES = ("tests/test_fresh_clone.py", "tests/test_container.py")
 CPU_REPORT_ENV = "GATEKEEPER_TEST_CPU_REPORT"  # a file: each test's CPU seconds, one JSON line a test
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getoption("dist") != "loadfile":
+        return None  # another distribution asked for on the command line: xdist's own
+    from xdist.scheduler import LoadFileScheduling
 
-    items.sort(key=rank)  # stable: each file's tests keep their order
+    class FirstFilesFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node: object) -> None:
+            for scope in reversed(FIRST_FILES):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return FirstFilesFirst(config, log)
 
 
 def _cpu_seconds() -> float:
@@ -172,15 +182,31 @@ def _start_warm_server() -> None:
     _WARM.update(folder=folder, server=server, log=log)
 
 
+@dataclass
+class _Ledger:
+    """How far the warm children's CPU ledger has been read, and the seconds in it so far."""
+    offset: int = 0
+    seconds: float = 0.0
+
+
+_LEDGER = _Ledger()
+
+
 def _warm_cpu_seconds() -> float:
-    """The CPU of the warm children this process's tests started (each adds a line when it ends)."""
+    """The CPU of the warm children this process's tests started (each adds a line when it ends),
+    read on from where the last call stopped, whole lines only."""
     if not _WARM:
         return 0.0
     try:
-        with open(os.path.join(str(_WARM["folder"]), "cpu"), encoding="utf-8") as fh:
-            return sum(float(line) for line in fh if line.strip())
+        with open(os.path.join(str(_WARM["folder"]), "cpu"), "rb") as fh:
+            fh.seek(_LEDGER.offset)
+            new = fh.read()
     except OSError:
-        return 0.0
+        return _LEDGER.seconds
+    whole = new[:new.rfind(b"\n") + 1]
+    _LEDGER.offset += len(whole)
+    _LEDGER.seconds += sum(float(line) for line in whole.split())
+    return _LEDGER.seconds
 
 
 def _stop_warm_server() -> None:
@@ -194,6 +220,7 @@ def _stop_warm_server() -> None:
     for name in (WARM_ENV, HOOK_ENV):
         os.environ.pop(name, None)
     _WARM.clear()
+    _LEDGER.offset, _LEDGER.seconds = 0, 0.0
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

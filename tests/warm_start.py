@@ -213,7 +213,7 @@ def _child(conn, ledger: str, added: dict[str, str]) -> None:
         for target, fd in zip((0, 1, 2), fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGPIPE):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as CPython sets it at start-up
         os.environ.clear()
