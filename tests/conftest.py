@@ -28,7 +28,7 @@ import pytest  # noqa: E402
 
 from tests.demo_runs import DEMO_CHECKPOINTS, DemoGate, lm_eval_installed, make_demo_gate  # noqa: E402
 from tests.github_server import FakeGitHub  # noqa: E402
-from tests.warm_start import COLD_ENV, HOOK_ENV, PTH_LINE, PTH_NAME  # noqa: E402
+from tests.warm_start import COLD_ENV, HOOK_ENV, PTH_LINE, PTH_NAME, env_differs  # noqa: E402
 from tests.warm_start import ENV as WARM_ENV  # noqa: E402
 
 REPO = "octo/repo"
@@ -221,6 +221,35 @@ def _stop_warm_server() -> None:
         os.environ.pop(name, None)
     _WARM.clear()
     _LEDGER.offset, _LEDGER.seconds = 0, 0.0
+
+
+# A variable a test file leaves set in the test process (os.environ, not monkeypatch or a
+# subprocess's env=) makes every later subprocess of this worker differ from the warm server's
+# imports, so they all start cold: measured, one such variable (mlflow's, set at its import) cost
+# a third more CPU over the whole run, silently. Checked at the end of each file, fixtures gone.
+_LEFT_SET: set[str] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield
+    if not _WARM or (nextitem is not None and nextitem.path == item.path):
+        return result
+    try:
+        info = json.loads(Path(os.environ[WARM_ENV]).read_text(encoding="utf-8"))
+    except (KeyError, OSError, ValueError):
+        return result  # the server is still importing, or refused to serve
+    now = set(env_differs(dict(os.environ), info))
+    new = sorted(now - _LEFT_SET)
+    _LEFT_SET.clear()
+    _LEFT_SET.update(now)
+    if new:
+        pytest.fail(f"{item.path.name} left {', '.join(new)} set in the test process: every later "
+                    "`python -m gatekeeper` of this worker starts cold (tests/warm_start.py). Set it with "
+                    "monkeypatch or the subprocess's env=; a variable a library sets at import, read only by "
+                    "a library the warm server does not import, goes in warm_start.VOLATILE_PREFIXES",
+                    pytrace=False)
+    return result
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -40,8 +40,10 @@ PRELOAD = ("numpy", "scipy.stats", "yaml", "requests", "jinja2", "torch", "trans
            "transformers.models.gpt2.modeling_gpt2", "transformers.models.auto.modeling_auto", "sklearn")
 # Read by gatekeeper or the test itself, at run time: these may differ between the server and a run.
 # MLFLOW_*: gatekeeper's tracking sets them in the test process; mlflow is not pre-imported, and
-# transformers reads them only when its MLflow callback runs.
-VOLATILE_PREFIXES = ("GITHUB_", "INPUT_", "RUNNER_", "GATEKEEPER_", "PYTEST_", "ACTIONS_", "MLFLOW_")
+# transformers reads them only when its MLflow callback runs. _MLFLOW_*: mlflow sets
+# _MLFLOW_TELEMETRY_SESSION_ID in any process that imports it (a test logging in-process), and only
+# mlflow reads it; before it was here, every later subprocess of that test worker started cold.
+VOLATILE_PREFIXES = ("GITHUB_", "INPUT_", "RUNNER_", "GATEKEEPER_", "PYTEST_", "ACTIONS_", "MLFLOW_", "_MLFLOW_")
 # Read only when used, never at import (checked in their sources): TOKENIZERS_PARALLELISM, which
 # transformers and datasets set in the test process once it has run a model, and API keys.
 VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "TOKENIZERS_PARALLELISM"})
@@ -54,6 +56,19 @@ PTH_LINE = ("import os, sys; os.environ.get('GATEKEEPER_TEST_WARM') and sys.orig
 def env_key(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items()
             if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES) and not k.endswith(VOLATILE_SUFFIXES)}
+
+
+def env_differs(env: dict[str, str], info: dict) -> list[str]:
+    """The variables that make a process with ``env`` differ from the server (``info``, its
+    info.json) at import; none: it may run warm."""
+    key = env_key(env)
+    for name, value in info["added"].items():  # what the import sets anyway (a test process that imported torch)
+        if key.get(name) == value:
+            del key[name]
+    own_bin = os.path.dirname(sys.executable)  # the workflow emulator puts the runner's `python` first on PATH
+    if key.get("PATH", "").startswith(own_bin + os.pathsep) and key["PATH"][len(own_bin) + 1:] == info["env"].get("PATH"):
+        key["PATH"] = info["env"]["PATH"]
+    return sorted(k for k in set(key) | set(info["env"]) if key.get(k) != info["env"].get(k))
 
 
 def _ids() -> list[int]:
@@ -87,16 +102,9 @@ def _warm_request() -> tuple[dict, dict] | str:
         return "another interpreter, flags, user or group"
     if os.getpgid(0) == os.getpid():
         return "leads its process group"
-    key = env_key(dict(os.environ))
-    for name, value in info["added"].items():  # what the import sets anyway (a test process that imported torch)
-        if key.get(name) == value:
-            del key[name]
-    own_bin = os.path.dirname(sys.executable)  # the workflow emulator puts the runner's `python` first on PATH
-    if key.get("PATH", "").startswith(own_bin + os.pathsep) and key["PATH"][len(own_bin) + 1:] == info["env"].get("PATH"):
-        key["PATH"] = info["env"]["PATH"]
-    if key != info["env"]:
-        return "environment differs: " + ", ".join(sorted(k for k in set(key) | set(info["env"])
-                                                          if key.get(k) != info["env"].get(k)))
+    differs = env_differs(dict(os.environ), info)
+    if differs:
+        return "environment differs: " + ", ".join(differs)
     path = list(sys.path)
     if not set(info["sys_path"]) <= set(path):
         return "sys.path lacks the server's folders"
