@@ -20,6 +20,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import sysconfig  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -94,7 +95,7 @@ END_TO_END = frozenset({
 # (~3 min, pip installing into its own venv) and the container (a docker build). In xdist's order
 # they came last, and the fresh clone ran alone for its last 2-3 minutes.
 FIRST_FILES = ("tests/test_fresh_clone.py", "tests/test_container.py")
-CPU_REPORT_ENV = "GATEKEEPER_TEST_CPU_REPORT"  # a file: each test's CPU seconds, one JSON line a test
+CPU_REPORT_ENV = "GATEKEEPER_TEST_CPU_REPORT"  # a file: each test's CPU seconds, end time and worker, a line a test
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -126,7 +127,8 @@ def pytest_runtest_call(item: pytest.Item):
     report = os.environ.get(CPU_REPORT_ENV)
     if report:
         with open(report, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"test": item.nodeid, "cpu_seconds": round(spent, 2)}) + "\n")
+            fh.write(json.dumps({"test": item.nodeid, "cpu_seconds": round(spent, 2), "ended": round(time.time(), 1),
+                                 "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
     name = getattr(item, "originalname", item.name)
     if spent > CPU_BUDGET_S and name not in END_TO_END:
         pytest.fail(f"{item.nodeid} used {spent:.0f} s of CPU, over the {CPU_BUDGET_S:.0f} s budget of a test "

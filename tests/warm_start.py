@@ -21,7 +21,10 @@ cold, as it always did, whenever the warm child could differ from a fresh interp
 - the process leads its own process group (a test that kills the group, as a preempted runner).
 
 ``GATEKEEPER_TEST_COLD=1`` turns it off for a whole run (scripts/test.sh passes it through), and
-tests/test_warm_start.py checks that a warm and a cold run of the same commands agree.
+tests/test_warm_start.py checks that a warm and a cold run of the same commands agree. A test
+file that leaves a variable set in the test process (which would send every later subprocess of
+its worker cold, silently) fails at its end (tests/conftest.py); ``GATEKEEPER_TEST_WARM_WHY=FILE``
+writes why each process started cold.
 """
 
 from __future__ import annotations
