@@ -19,6 +19,9 @@ trap - EXIT
 echo "== ruff"
 .venv/bin/ruff check gatekeeper tests benchmarks scripts examples
 echo "== pytest"
+# gatekeeper's bytecode, made once: the tests start hundreds of CLI subprocesses, and where
+# PYTHONDONTWRITEBYTECODE is set (it is on the CI machine) each one compiled gatekeeper again.
+.venv/bin/python -m compileall -q -j 0 gatekeeper >/dev/null
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # Two workers on two cores: one thread each for torch and BLAS. More oversubscribes the cores and
 # OpenMP threads spin while they wait (measured: a demo run beside another used 14.8 s of CPU with
