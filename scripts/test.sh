@@ -20,7 +20,8 @@ echo "== ruff"
 .venv/bin/ruff check gatekeeper tests benchmarks scripts examples
 echo "== pytest"
 # gatekeeper's bytecode, made once: the tests start hundreds of CLI subprocesses, and where
-# PYTHONDONTWRITEBYTECODE is set (it is on the CI machine) each one compiled gatekeeper again.
+# PYTHONDONTWRITEBYTECODE is set (as on the 2-core machine CI was measured on) each one compiled
+# gatekeeper again.
 .venv/bin/python -m compileall -q -j 0 gatekeeper >/dev/null
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # Two workers on two cores: one thread each for torch and BLAS. More oversubscribes the cores and
@@ -34,7 +35,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREAD
 # -rfEs: a failed or erroring test is named at the end, a skipped one says why (only the container
 # test may skip: no Docker daemon to be had).
 # -n 2 --dist loadfile: both cores, each test file on one worker (its module fixtures evaluate the
-# demo once); xdist starts the files with most tests first (measured: 12.9 min of pytest on CI;
-# 15-16 min with --no-loadscope-reorder and the longest files first, 28 against 20.5 min of CPU);
+# demo once); the fresh clone and the container start first, then xdist's order, files with most
+# tests first (tests/conftest.py FIRST_FILES; in xdist's order the fresh clone ran last, alone);
 # --durations 25: the slowest tests, every run (tests/conftest.py holds the CPU budget).
 exec .venv/bin/python -m pytest -q -rfEs -p no:cacheprovider -n 2 --dist loadfile --durations=25 "$@"
