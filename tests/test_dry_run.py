@@ -25,10 +25,16 @@ def _gate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def _listing(project: Path) -> list[Path]:
+    """What is in ``project``, but Python's bytecode: importing the suite's task code writes
+    tasks/__pycache__ unless PYTHONDONTWRITEBYTECODE is set, as any import does."""
+    return sorted(p.relative_to(project) for p in project.rglob("*") if "__pycache__" not in p.parts)
+
+
 def test_a_dry_run_checks_the_suite_and_shows_prompts_without_evaluating(tmp_path: Path) -> None:
     project = tmp_path / "p"
     shutil.copytree(EXAMPLES, project, ignore=shutil.ignore_patterns("checkpoints", "__pycache__"))
-    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    before = _listing(project)
     model = str(EXAMPLES / "checkpoints" / "regressed")
     proc = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", cwd=project)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -38,7 +44,7 @@ def test_a_dry_run_checks_the_suite_and_shows_prompts_without_evaluating(tmp_pat
     assert "matches the suite and the built tasks" in out and "s of evaluation, as the baseline's run took" in out
     assert "  > The capital of Refenor is  ⟶ Fizu | Titeb | Figat | Pifug" in out
     assert out.count("the first 3 requests as lm-eval builds them") == 4
-    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before  # nothing written
+    assert _listing(project) == before  # nothing written
 
     # What a gate would refuse, a dry run refuses: a typo, a margin in the wrong units, a missing model.
     suite = (project / "gatekeeper.yaml").read_text()

@@ -36,12 +36,15 @@ def _server_env() -> dict[str, str]:
     return {**volatile, **info["env"]}
 
 
-def _cli(*args: str, cold: bool = False, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, cold: bool = False, cwd: Path = ROOT, script: str | None = None,
+         **env: str) -> subprocess.CompletedProcess:
+    """``python -m gatekeeper ARGS``, or with ``script`` that script file run as a command (the
+    console script, as a workflow's ``run:`` step calls it)."""
     full = {**_server_env(), **env}
     if cold:
         full[COLD_ENV] = "1"
-    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=300)
+    command = [script, *args] if script else [sys.executable, "-m", "gatekeeper", *args]
+    return subprocess.run(command, cwd=cwd, env=full, capture_output=True, text=True, timeout=300)
 
 
 def _wait_for_server() -> None:
@@ -58,13 +61,37 @@ def test_a_warm_run_prints_and_exits_as_a_cold_one(tmp_path: Path) -> None:
         ("compare", str(tmp_path / "missing.json"), str(DEMO_BASELINE), "--suite", str(DEMO_SUITE)),  # exit 2
         ("--version",),
     ]
-    for args in commands:
+    console = str(Path(sys.executable).with_name("gatekeeper"))
+    for script in (None, console):
+        for args in [*commands, ("compare",)]:  # the last: argparse's usage error names the program
+            before = _warm_runs()
+            warm = _cli(*args, script=script)
+            assert _warm_runs() == before + 1, f"{script} {args} did not run warm"
+            cold = _cli(*args, cold=True, script=script)
+            assert _warm_runs() == before + 1
+            assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
+
+
+def test_a_warm_script_sees_the_argv_path_and_file_of_a_cold_one(tmp_path: Path) -> None:
+    """A script named gatekeeper (as a console script, or a shim a pull request puts on PATH) run
+    warm: its argv, sys.path, __file__ and __name__ are a fresh interpreter's; reached through a
+    symbolic link, sys.path[0] is the folder of the file the link points to."""
+    _wait_for_server()
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "gatekeeper").write_text(f"#!{sys.executable}\nimport json, sys\n"
+                                     "print(json.dumps([sys.argv, sys.path, __file__, __name__]))\n")
+    (real / "gatekeeper").chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "gatekeeper").symlink_to(real / "gatekeeper")
+    for script in (real / "gatekeeper", tmp_path / "bin" / "gatekeeper"):
         before = _warm_runs()
-        warm = _cli(*args)
-        assert _warm_runs() == before + 1, f"{args} did not run warm"
-        cold = _cli(*args, cold=True)
+        warm = _cli("a b", "--x", script=str(script), cwd=tmp_path)
         assert _warm_runs() == before + 1
-        assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
+        cold = _cli("a b", "--x", script=str(script), cwd=tmp_path, cold=True)
+        assert warm.returncode == cold.returncode == 0, warm.stderr + cold.stderr
+        assert json.loads(warm.stdout) == json.loads(cold.stdout)
+        assert json.loads(warm.stdout)[1][0] == str(real)
 
 
 @pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed")

@@ -3,10 +3,12 @@
 Most of a demo run's time is spent importing torch, transformers and lm-eval (about 4 s of CPU of
 a run's 8), and the tests start the CLI as a subprocess hundreds of times. Each test worker
 starts one server process (``python tests/warm_start.py DIR``) that imports those libraries once
-and then forks a child for every ``python -m gatekeeper[.action] ...`` a test starts. The child
+and then forks a child for every ``python -m gatekeeper[.action] ...`` a test starts, and every
+``gatekeeper ...`` console script (a workflow's ``run:`` step) of the same interpreter. The child
 takes the process's argv, environment, working directory, umask and its stdin/stdout/stderr,
 imports gatekeeper fresh from that process's own ``sys.path`` (a pull request's planted module
-is found as it would be), runs the module as ``__main__`` and hands back the exit code. Every
+is found as it would be), runs the module (or the script file itself) as ``__main__`` and hands
+back the exit code. Every
 subprocess call, its exit code and its output stay real; only the import is shared.
 
 The hook is a ``.pth`` line in the virtual environment (the way coverage.py measures
@@ -37,6 +39,7 @@ HOOK_ENV = "GATEKEEPER_TEST_WARM_HOOK"  # this file, which the .pth line runs in
 COLD_ENV = "GATEKEEPER_TEST_COLD"
 WHY_ENV = "GATEKEEPER_TEST_WARM_WHY"  # a file: each process that starts cold adds why, and its command
 MODULES = ("gatekeeper", "gatekeeper.action")
+SCRIPT = "gatekeeper"  # the console script pip writes: a script file of this name run by the server's interpreter
 # What the server imports: everything heavy a CLI run of the demo imports, and nothing of gatekeeper.
 PRELOAD = ("numpy", "scipy.stats", "yaml", "requests", "jinja2", "torch", "transformers", "datasets",
            "lm_eval", "lm_eval.api.registry", "lm_eval.evaluator", "lm_eval.tasks", "lm_eval.models.huggingface",
@@ -49,10 +52,15 @@ PRELOAD = ("numpy", "scipy.stats", "yaml", "requests", "jinja2", "torch", "trans
 VOLATILE_PREFIXES = ("GITHUB_", "INPUT_", "RUNNER_", "GATEKEEPER_", "PYTEST_", "ACTIONS_", "MLFLOW_", "_MLFLOW_")
 # Read only when used, never at import (checked in their sources): TOKENIZERS_PARALLELISM, which
 # transformers and datasets set in the test process once it has run a model, and API keys.
-VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "TOKENIZERS_PARALLELISM"})
+# HF_TOKEN: huggingface_hub reads it in get_token(), at each call. The workflows' step variables
+# (OUT, SHARD, PART, BASE_SHA, DONE, RESULTS, VERDICTS) are read by the step's shell; no installed
+# package reads them from the environment (checked: grep of site-packages for each name).
+VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "TOKENIZERS_PARALLELISM", "HF_TOKEN",
+                      "OUT", "SHARD", "PART", "BASE_SHA", "DONE", "RESULTS", "VERDICTS"})
 VOLATILE_SUFFIXES = ("_API_KEY",)
 PTH_NAME = "zz_gatekeeper_test_warm.pth"  # last of the .pth files: sys.path is whole when it runs
-PTH_LINE = ("import os, sys; os.environ.get('GATEKEEPER_TEST_WARM') and sys.orig_argv[1:2] == ['-m'] and "
+PTH_LINE = ("import os, sys; os.environ.get('GATEKEEPER_TEST_WARM') and len(sys.orig_argv) > 1 and "
+            "(sys.orig_argv[1] == '-m' or os.path.basename(sys.orig_argv[1]) == 'gatekeeper') and "
             "__import__('runpy').run_path(os.environ['GATEKEEPER_TEST_WARM_HOOK'], run_name='gatekeeper_warm')\n")
 
 
@@ -82,22 +90,49 @@ def _ids() -> list[int]:
 
 
 def _shadows(folders: list[str], modules: set[str]) -> str | None:
+    """The first thing in ``folders`` an import of one of ``modules`` could find: a folder (a
+    package) or a module file of that name. Commands without a suffix (a venv's bin/tqdm) are not."""
+    from importlib.machinery import all_suffixes
+
+    suffixes = tuple(all_suffixes())
     for folder in folders:
         try:
             names = os.listdir(folder or ".")
         except OSError:
             continue
         for name in names:
-            if name.split(".", 1)[0] in modules:
+            top = name.split(".", 1)[0]
+            if top in modules and (name.endswith(suffixes) if name != top else os.path.isdir(os.path.join(folder, name))):
                 return os.path.join(folder, name)
     return None
+
+
+def _target(argv: list[str]) -> tuple[dict, list[str]] | None:
+    """What this interpreter was started to run, and its arguments: ``-m`` one of MODULES, or a
+    script file named SCRIPT (the console script); None for anything else."""
+    if len(argv) >= 3 and argv[1] == "-m" and argv[2] in MODULES:
+        return {"module": argv[2]}, argv[3:]
+    if len(argv) >= 2 and os.path.basename(argv[1]) == SCRIPT and _is_script(argv[1]):
+        return {"script": argv[1]}, argv[2:]
+    return None
+
+
+def _is_script(path: str) -> bool:
+    """A text script with a #! line, as pip writes console scripts (not a folder or a zip archive,
+    which the interpreter runs differently)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 def _warm_request() -> tuple[dict, dict] | str:
     """What the server needs to run this process, or why it must start cold."""
     argv = sys.orig_argv
-    if len(argv) < 3 or argv[1] != "-m" or argv[2] not in MODULES or os.environ.get(COLD_ENV):
-        return "not a gatekeeper module, or the warm start is off"
+    target = _target(argv)
+    if target is None or os.environ.get(COLD_ENV):
+        return "not a gatekeeper module or script, or the warm start is off"
     info = _server_info(os.environ.get(ENV, ""))
     if info is None:
         return "no server"
@@ -111,13 +146,17 @@ def _warm_request() -> tuple[dict, dict] | str:
     path = list(sys.path)
     if not set(info["sys_path"]) <= set(path):
         return "sys.path lacks the server's folders"
-    first = [] if sys.flags.safe_path else [os.getcwd()]  # what -m puts first, after site has run
+    run, args = target
+    # What the interpreter puts first, after site has run: the working directory for -m, the
+    # script's folder (symbolic links resolved) for a script.
+    first = [os.path.dirname(os.path.realpath(run["script"]))] if "script" in run else [os.getcwd()]
+    first = [] if sys.flags.safe_path else first
     extra = first + [p for p in path if p not in info["sys_path"]]
     shadow = _shadows(extra, set(info["modules"]))
     if shadow:
         return f"{shadow} shadows a module the server imported"
-    request = {"module": argv[2], "args": argv[3:], "env": dict(os.environ), "cwd": os.getcwd(),
-               "umask": _umask(), "sys_path": first + path}
+    request = {**run, "argv0": argv[1] if "script" in run else "-m", "args": args, "env": dict(os.environ),
+               "cwd": os.getcwd(), "umask": _umask(), "sys_path": first + path}
     return info, request
 
 
@@ -160,7 +199,7 @@ def client() -> None:
         if os.environ.get(WHY_ENV):
             try:
                 with open(os.environ[WHY_ENV], "a", encoding="utf-8") as fh:
-                    fh.write(f"{found}: {' '.join(sys.orig_argv[2:5])} in {os.getcwd()}\n")
+                    fh.write(f"{found}: {' '.join(sys.orig_argv[1:5])} in {os.getcwd()}\n")
             except OSError:
                 pass  # another user's process
         return
@@ -245,8 +284,8 @@ def _child(conn, ledger: str, added: dict[str, str]) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=watch, daemon=True).start()
-        sys.argv[:] = ["-m", *request["args"]]
-        code = _run(request["module"], runpy, traceback)
+        sys.argv[:] = [request["argv0"], *request["args"]]
+        code = _run(request, runpy, traceback)
         threading._shutdown()  # noqa: SLF001 - what the interpreter does at exit: join non-daemon threads
         atexit._run_exitfuncs()  # noqa: SLF001
         for stream in (sys.stdout, sys.stderr):
@@ -267,9 +306,12 @@ def _child(conn, ledger: str, added: dict[str, str]) -> None:
             os._exit(code & 0xFF)
 
 
-def _run(module: str, runpy, traceback) -> int:
+def _run(request: dict, runpy, traceback) -> int:
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        if "script" in request:
+            runpy.run_path(request["script"], run_name="__main__")
+        else:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         if stop.code is None:
             return 0
