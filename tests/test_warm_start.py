@@ -75,7 +75,8 @@ def test_a_warm_run_prints_and_exits_as_a_cold_one(tmp_path: Path) -> None:
 def test_a_warm_script_sees_the_argv_path_and_file_of_a_cold_one(tmp_path: Path) -> None:
     """A script named gatekeeper (as a console script, or a shim a pull request puts on PATH) run
     warm: its argv, sys.path, __file__ and __name__ are a fresh interpreter's; reached through a
-    symbolic link, sys.path[0] is the folder of the file the link points to."""
+    symbolic link, sys.path[0] is the folder of the file the link points to; by a relative path,
+    cold."""
     _wait_for_server()
     real = tmp_path / "real"
     real.mkdir()
@@ -92,6 +93,9 @@ def test_a_warm_script_sees_the_argv_path_and_file_of_a_cold_one(tmp_path: Path)
         assert warm.returncode == cold.returncode == 0, warm.stderr + cold.stderr
         assert json.loads(warm.stdout) == json.loads(cold.stdout)
         assert json.loads(warm.stdout)[1][0] == str(real)
+    before = _warm_runs()  # by a relative path: cold (runpy would make sys.argv[0] absolute)
+    relative = _cli("a", script="./bin/gatekeeper", cwd=tmp_path)
+    assert _warm_runs() == before and json.loads(relative.stdout)[0] == ["./bin/gatekeeper", "a"]
 
 
 @pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed")

@@ -109,10 +109,11 @@ def _shadows(folders: list[str], modules: set[str]) -> str | None:
 
 def _target(argv: list[str]) -> tuple[dict, list[str]] | None:
     """What this interpreter was started to run, and its arguments: ``-m`` one of MODULES, or a
-    script file named SCRIPT (the console script); None for anything else."""
+    script file named SCRIPT (the console script) by its absolute path (a relative one is
+    ``__file__``'s absolute path but sys.argv[0] as given); None for anything else."""
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] in MODULES:
         return {"module": argv[2]}, argv[3:]
-    if len(argv) >= 2 and os.path.basename(argv[1]) == SCRIPT and _is_script(argv[1]):
+    if len(argv) >= 2 and os.path.basename(argv[1]) == SCRIPT and os.path.isabs(argv[1]) and _is_script(argv[1]):
         return {"script": argv[1]}, argv[2:]
     return None
 
