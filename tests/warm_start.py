@@ -8,8 +8,8 @@ and then forks a child for every ``python -m gatekeeper[.action] ...`` a test st
 takes the process's argv, environment, working directory, umask and its stdin/stdout/stderr,
 imports gatekeeper fresh from that process's own ``sys.path`` (a pull request's planted module
 is found as it would be), runs the module (or the script file itself) as ``__main__`` and hands
-back the exit code. Every
-subprocess call, its exit code and its output stay real; only the import is shared.
+back the exit code. Every subprocess call, its exit code and its output stay real; only the
+import is shared.
 
 The hook is a ``.pth`` line in the virtual environment (the way coverage.py measures
 subprocesses). It does nothing unless ``GATEKEEPER_TEST_WARM`` is set, and the process starts
@@ -60,7 +60,7 @@ VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONPATH", "TOKENIZERS_P
 VOLATILE_SUFFIXES = ("_API_KEY",)
 PTH_NAME = "zz_gatekeeper_test_warm.pth"  # last of the .pth files: sys.path is whole when it runs
 PTH_LINE = ("import os, sys; os.environ.get('GATEKEEPER_TEST_WARM') and len(sys.orig_argv) > 1 and "
-            "(sys.orig_argv[1] == '-m' or os.path.basename(sys.orig_argv[1]) == 'gatekeeper') and "
+            f"(sys.orig_argv[1] == '-m' or os.path.basename(sys.orig_argv[1]) == '{SCRIPT}') and "
             "__import__('runpy').run_path(os.environ['GATEKEEPER_TEST_WARM_HOOK'], run_name='gatekeeper_warm')\n")
 
 
