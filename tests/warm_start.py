@@ -150,14 +150,18 @@ def _warm_request() -> tuple[dict, dict] | str:
     run, args = target
     # What the interpreter puts first, after site has run: the working directory for -m, the
     # script's folder (symbolic links resolved) for a script.
-    first = [os.path.dirname(os.path.realpath(run["script"]))] if "script" in run else [os.getcwd()]
-    first = [] if sys.flags.safe_path else first
+    if sys.flags.safe_path:
+        first = []
+    elif "script" in run:
+        first = [os.path.dirname(os.path.realpath(run["script"]))]
+    else:
+        first = [os.getcwd()]
     extra = first + [p for p in path if p not in info["sys_path"]]
     shadow = _shadows(extra, set(info["modules"]))
     if shadow:
         return f"{shadow} shadows a module the server imported"
-    request = {**run, "argv0": argv[1] if "script" in run else "-m", "args": args, "env": dict(os.environ),
-               "cwd": os.getcwd(), "umask": _umask(), "sys_path": first + path}
+    request = {**run, "args": args, "env": dict(os.environ), "cwd": os.getcwd(), "umask": _umask(),
+               "sys_path": first + path}
     return info, request
 
 
@@ -285,7 +289,7 @@ def _child(conn, ledger: str, added: dict[str, str]) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=watch, daemon=True).start()
-        sys.argv[:] = [request["argv0"], *request["args"]]
+        sys.argv[:] = [request.get("script", "-m"), *request["args"]]  # as the interpreter leaves it
         code = _run(request, runpy, traceback)
         threading._shutdown()  # noqa: SLF001 - what the interpreter does at exit: join non-daemon threads
         atexit._run_exitfuncs()  # noqa: SLF001
