@@ -28,7 +28,14 @@ from gatekeeper.baseline import gitbase, trend
 from gatekeeper.baseline.prbase import BaseTree, base_tree, pr_base_sha
 from gatekeeper.errors import GateError
 from gatekeeper.files import atomic_write_bytes
-from gatekeeper.gate import compare_paths, judge_looks, promote_run, run_gate, run_sequential_gate
+from gatekeeper.gate import (
+    baseline_lock,
+    compare_paths,
+    judge_looks,
+    promote_run,
+    run_gate,
+    run_sequential_gate,
+)
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
 from gatekeeper.report import ReportContext
@@ -373,7 +380,8 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
     model = events.resolve_model(inputs["model"], job.event, job.workspace)
     with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
         if command == "run":
-            run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log)
+            lock = baseline_lock(base.baseline if base is not None else suite.baseline_path, suite)
+            run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log, lock=lock)
             text = f"Evaluated suite {suite.name}; run written to {run_dir}"
             return Evaluation(0, "ran", _notice_md(text), text, run_dir=run_dir, suite=suite)
         baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None

@@ -221,11 +221,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.done and not args.look:
         raise GateError("run: --done goes with --look K/L (the tasks earlier looks stopped)")
     shard = parse_shard(args.shard) if args.shard else None
-    with _measurement(args, need_baseline=False) as (suite, _):
+    with _measurement(args, need_baseline=False) as (suite, baseline):
         # The look's item order comes from the measured suite (with --from-commit the base
         # commit's): a pull request cannot choose which items a look evaluates.
         look = _look_flag(args, shard, suite) if args.look else None
-        return _run(args, runner, suite, None if look else shard, look)
+        return _run(args, runner, suite, None if look else shard, look, baseline)
 
 
 def _look_flag(args: argparse.Namespace, shard: Any, suite: Any) -> Any:
@@ -261,7 +261,12 @@ def _complete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: Any = None) -> int:
+def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: Any = None,
+         baseline: Path | None = None) -> int:
+    from gatekeeper.gate import baseline_lock
+
+    # A shard or wave is judged against the baseline: its hub datasets at the baseline's commits.
+    lock = {} if args.new_data else baseline_lock(baseline or suite.baseline_path, suite)
     run_dir = runner.run_suite(
         suite,
         args.model,
@@ -275,6 +280,8 @@ def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: An
         shard=shard,
         cache_dir=args.cache,
         look=look,
+        lock=lock,
+        new_data=args.new_data,
     )
     if look is not None:
         what = f"look {look.index}/{look.count}" + (f" part {look.part[0]}/{look.part[1]}" if look.part else "")
@@ -644,6 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "judge's report names them in sequential.next.done)")
     p.add_argument("--complete", metavar="DIR", help="finish a stopped `gate --sequential --out DIR`: evaluate the "
                    "items it skipped and write the whole run to DIR/complete (for baseline record|promote)")
+    p.add_argument("--new-data", action="store_true",
+                   help="evaluate every hub dataset at its current head, not at the commit the baseline recorded "
+                        "(to re-record the baseline on new data on purpose; promote then names each move)")
     _add_from_commit(p)
     p.set_defaults(func=cmd_run)
 

@@ -47,7 +47,7 @@ from gatekeeper.model import RunResults, TrendEntry
 from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
-from gatekeeper.run import complete, merge, mutants, runner
+from gatekeeper.run import complete, merge, mutants, pins, runner
 from gatekeeper.run.looks import Look
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
@@ -97,7 +97,7 @@ def run_gate(
         )
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
     run_dir = runner.run_suite(suite, model, Path(out_dir), revision=revision, device=device, log=log,
-                               preflight=preflight, batch_size=batch_size)
+                               preflight=preflight, batch_size=batch_size, lock=dataset_lock(stored))
     if stored is None:
         written = record_run(run_dir, suite, path=baseline_path)
         notice = (
@@ -110,6 +110,22 @@ def run_gate(
     outcome = compare_for_suite(stored, candidate, suite, policy, anchor=anchor)
     kept = _append_history(baseline_path, outcome, suite, commit, None, inside=baseline is None) if history else []
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome), kept)
+
+
+def dataset_lock(stored: RunResults | None) -> dict[str, str]:
+    """The hub dataset commits ``stored`` (a baseline) was evaluated at: a gate evaluates there."""
+    if stored is None:
+        return {}
+    return pins.check_lock((stored.provenance.manifest or {}).get("datasets"), stored.provenance.source)
+
+
+def baseline_lock(path: Path | None, suite: Suite) -> dict[str, str]:
+    """The dataset lock of the baseline file at ``path`` ({} when there is none): what ``run``
+    evaluates at, so a shard or wave is comparable with the baseline it will be judged against."""
+    if path is None or not Path(path).is_file():
+        return {}
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        return dataset_lock(store.load_baseline(Path(path)))
 
 
 def _reference(suite: Suite, baseline_path: Path, policy: Policy | None
@@ -143,8 +159,9 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
+    lock = dataset_lock(stored)
     checked = runner.dry_run(suite, model, revision=revision, device=device, log=log, preflight=preflight,
-                             examples=examples)
+                             examples=examples, lock=lock)
     total = sum(checked.items.values())
     lines = [f"dry run of suite {suite.name} on {model}: every check passed, nothing evaluated",
              f"lm-eval {checked.lm_eval_version}, backend {checked.backend}, device {checked.device}",
@@ -154,6 +171,10 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
              f"items: {total:,} in {len(checked.items)} tasks ("
              + ", ".join(f"{t} {n:,}" for t, n in checked.items.items()) + ")",
              "time: " + _time_estimate(stored, total)]
+    if checked.datasets:
+        lines.append("hub datasets: " + ", ".join(
+            f"{name} at {sha[:7]}" + (" (the baseline's)" if lock.get(name) == sha else " (the hub's head: new to the baseline)")
+            for name, sha in checked.datasets.items()))
     for task, shown in checked.prompts.items():
         lines.append(f"\n{task}: the first {len(shown)} requests as lm-eval builds them")
         for context, rest in shown:
@@ -277,7 +298,7 @@ def run_sequential_gate(
         log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
         return [runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
                                  log=log, preflight=preflight if k == 1 else None, look=Look(k, looks, seed, done),
-                                 reuse_model=True, batch_size=batch_size)]
+                                 reuse_model=True, batch_size=batch_size, lock=dataset_lock(stored))]
 
     try:
         result = _sequential_looks(suite, looks, stored, anchor, policy, log, futility, evaluate)
@@ -527,7 +548,8 @@ def plan_mutants(suite_path: str | Path, model: str | Path, *, out_dir: str | Pa
     if out.exists() and any(out.iterdir()):
         raise GateError(f"{out}: not empty; plan --mutants writes its checkpoints and runs into a new folder")
     log(f"mutants: the reference run of {model}")
-    reference = record_run(runner.run_suite(suite, str(model_dir), out / "reference", device=device, log=log),
+    reference = record_run(runner.run_suite(suite, str(model_dir), out / "reference", device=device, log=log,
+                                            lock=baseline_lock(suite.baseline_path, suite)),
                            suite, path=out / "reference.json.gz")
     rows = []
     variants: list[Any] = [*mutants.BUILDERS, mutants.other_batch_size(suite.model.get("batch_size"))]
@@ -640,7 +662,13 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
     is worse than the baseline it replaces is promoted all the same (a person asked for it), but
     ``log`` says what got worse and the history records each row's verdict."""
     results = _run_for(run_dir, suite)
-    before = _against_current(results, suite, Path(path) if path is not None else suite.baseline_path)
+    current = Path(path) if path is not None else suite.baseline_path
+    if log is not None:  # new data on purpose: say which dataset moved, and where from
+        moved = pins.describe_moves(baseline_lock(current, suite),
+                                    pins.check_lock((results.provenance.manifest or {}).get("datasets"), str(run_dir)))
+        for line in moved:
+            log(f"promote: {line}")
+    before = _against_current(results, suite, current)
     worse = [c for c in (before.comparisons if before is not None else [])
              if c.gated and c.verdict in ("regressed", "worse_within_margin", "inconclusive")]
     if worse and log is not None:

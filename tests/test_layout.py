@@ -32,7 +32,8 @@ ALLOWED = {
     "front": {"results", "suite", "run", "compare", "baseline", "report", "publish"},
 }
 # Imported inside functions on purpose: slow to import, or optional (the gate runs without them).
-HEAVY = {"torch", "lm_eval", "sacrebleu", "scipy", "jsonschema", "huggingface_hub", "transformers", "mlflow"}
+HEAVY = {"torch", "lm_eval", "sacrebleu", "scipy", "jsonschema", "huggingface_hub", "transformers", "mlflow",
+         "datasets"}
 
 
 @dataclass(frozen=True)

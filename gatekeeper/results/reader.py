@@ -251,6 +251,10 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
         if files is not None and not (isinstance(files, dict) and all(
                 isinstance(k, str) and (isinstance(v, str) or v is None) for k, v in files.items())):
             return f"{key} is {short(files)}, expected an object of sha256 digests"
+    locked = manifest.get("datasets")
+    if locked is not None and not (isinstance(locked, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch("[0-9a-f]{40}", v) for k, v in locked.items())):
+        return f"datasets is {short(locked)}, expected an object of dataset commit shas"
     hashed = manifest.get("suite_hashed")
     if hashed is not None and not isinstance(hashed, dict):
         return f"suite_hashed is {short(hashed)}, expected an object (the suite's hashed fields)"

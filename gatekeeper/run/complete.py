@@ -23,7 +23,7 @@ from typing import Any
 from gatekeeper.errors import GateError
 from gatekeeper.results.layout import MANIFEST_NAME, read_manifest
 from gatekeeper.run import looks as lookmod
-from gatekeeper.run import merge, runner
+from gatekeeper.run import merge, pins, runner
 from gatekeeper.suite.suite import Suite
 
 REST = "rest"
@@ -85,7 +85,9 @@ def complete(folder: Path, suite: Suite, *, device: str | None = None, log: Call
                         "run `gatekeeper run --complete` from the folder the gate ran in")
     if left:
         look = lookmod.Look(int(info["count"]) + 1, int(info["count"]), int(info["seed"]), docs=rest)
+        # The looks' dataset commits, whatever the hub's head says now: the rest joins them.
+        lock = pins.check_lock(first.get("datasets"), str(parts[0]))
         rest_run = runner.run_suite(suite, model, rest_dir, revision=first.get("revision"), device=device,
-                                    log=log, look=look)
+                                    log=log, look=look, lock=lock)
         loaded.append(merge.load_look(rest_run))
     return merge.join_looks(loaded, target)

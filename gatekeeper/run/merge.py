@@ -58,7 +58,7 @@ _SAME_RESULTS = ("configs", "versions", "n-shot", "higher_is_better", "lm_eval_v
 _SAME_CONFIG = ("model", "model_args", "model_dtype", "bootstrap_iters", "gen_kwargs",
                 "random_seed", "numpy_seed", "torch_seed", "fewshot_seed")
 _SAME_MANIFEST = ("suite_hash", "suite_name", "model_files", "lm_eval_version", "dtype", "seeds",
-                  "limit", "tasks", "revision", "torch_version", "transformers_version", "task_files")
+                  "limit", "tasks", "revision", "torch_version", "transformers_version", "task_files", "datasets")
 # lm-eval bootstraps these aggregations' stderr (random draws): not recomputable, written "N/A".
 _CLOSED_FORM_STDERR = {"mean"}
 _MERGEABLE_KINDS = {"mean", "ratio", "corpus"}

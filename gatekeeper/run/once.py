@@ -2,7 +2,8 @@
 
 - ``add_env_info``: the environment report in results.json (torch's ``collect_env``, which starts
   ``pip list`` and more: about 0.8 s and a second of CPU an evaluation). Kept per process and
-  working directory (the report names the git commit of the folder above it).
+  the folder above the working one (the report names its git commit): every evaluation works in
+  a fresh sealed folder (run/sealed.py), all of them in the same temporary folder.
 - ``apply_template``: lm-eval compiles a prompt's Jinja template again for every document and
   every field (``doc_to_text``, ``doc_to_target``, ``doc_to_choice``); compiling is most of what
   building a prompt costs. Compiled once per template text, with lm-eval's own environment.
@@ -21,7 +22,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-_ENV_INFO: dict[str, dict[str, Any]] = {}  # working directory -> what add_env_info adds
+_ENV_INFO: dict[str, dict[str, Any]] = {}  # the working directory's parent -> what add_env_info adds
 
 
 @contextlib.contextmanager
@@ -34,7 +35,7 @@ def once_per_process() -> Iterator[None]:
     compiled = functools.lru_cache(maxsize=4096)(utils.env.from_string)
 
     def env_info_once(storage: dict[str, Any]) -> None:
-        folder = os.getcwd()
+        folder = os.path.dirname(os.getcwd())
         if folder not in _ENV_INFO:
             report: dict[str, Any] = {}
             add_env_info(report)

@@ -17,6 +17,7 @@ leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib.metadata
 import importlib.util
@@ -42,12 +43,13 @@ from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
 from gatekeeper.results import layout, taskindex
 from gatekeeper.results.layout import MANIFEST_NAME
-from gatekeeper.run import backends, cache, hardware, looks, packages
+from gatekeeper.run import backends, cache, hardware, looks, packages, sealed
 from gatekeeper.run import progress as progress_lines
 from gatekeeper.run.backends import BackendPlan
 from gatekeeper.run.environment import evaluation_env
 from gatekeeper.run.looks import Look
 from gatekeeper.run.once import once_per_process
+from gatekeeper.run.pins import DatasetPins, pinned
 from gatekeeper.run.shard import Shard, selection
 from gatekeeper.run.taskdata import data_files_beside_yaml
 from gatekeeper.suite import names, taskcode
@@ -117,6 +119,9 @@ class RunManifest:
     # The suite fields suite_hash is the hash of (suite.hashed_document): a later suite whose hash
     # differs is told which field changed.
     suite_hashed: dict[str, Any] = field(default_factory=dict)
+    # The commit sha of every hub dataset the tasks loaded (run/pins.py): the baseline keeps it as
+    # the lock later gates evaluate at.
+    datasets: dict[str, str] = field(default_factory=dict)
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -151,6 +156,8 @@ def run_suite(
     cache_dir: Path | str | None = None,
     look: Look | None = None,
     reuse_model: bool = False,
+    lock: dict[str, str] | None = None,
+    new_data: bool = False,
 ) -> Path:
     """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
 
@@ -163,31 +170,77 @@ def run_suite(
     ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards);
     ``look`` only that look's documents of a sequential gate (``run/looks.py``). ``reuse_model``:
     keep the loaded model for the next run in this process with the same backend arguments (a
-    sequential gate's looks load it once; ``release_models`` frees it)."""
+    sequential gate's looks load it once; ``release_models`` frees it). ``lock``: the baseline's
+    hub dataset commits, evaluated whatever the hub's head says now (``run/pins.py``); ``new_data``
+    takes each dataset's head instead (to re-record on purpose). The run works in a sealed folder
+    (``run/sealed.py``): nothing in the user's working folder but the model reaches lm-eval."""
     out_dir = Path(out_dir)
-    fresh = not out_dir.exists()
+    where = sealed.absolute(out_dir)
+    fresh = not where.exists()
+    cache_dir = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None
+    local = _before_sealing(suite, model)
     try:
-        return _run(suite, model, out_dir, revision=revision, device=device, batch_size=batch_size,
-                    dtype=dtype, limit=limit, log=log, preflight=preflight, shard=shard,
-                    cache_dir=cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None,
-                    look=look, reuse_model=reuse_model)
+        with sealed.sealed():
+            target = _run(_absolute_suite(suite), model, local, where, revision=revision, device=device,
+                          batch_size=batch_size, dtype=dtype, limit=limit, log=log, preflight=preflight,
+                          shard=shard, cache_dir=None if cache_dir is None else sealed.absolute(cache_dir),
+                          look=look, reuse_model=reuse_model, pins=DatasetPins(dict(lock or {}), new_data))
     except BaseException:
-        if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
-            out_dir.rmdir()  # we made it; a failed run leaves nothing behind
+        if fresh and where.is_dir() and not any(where.iterdir()):
+            where.rmdir()  # we made it; a failed run leaves nothing behind
         raise
+    return out_dir / target.name
 
 
-def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, device: str | None,
-         batch_size: Any, dtype: str | None, limit: Any, log: Log,
+def _before_sealing(suite: Suite, model: str) -> Path | None:
+    """What must be read in the user's working folder: the model's path (the checkpoint, the one
+    thing a pull request may bring), and no Hugging Face cache inside the repository."""
+    sealed.check_caches(sealed.repositories(Path(suite.path).parent))
+    local = check_model(model)
+    return None if local is None else sealed.absolute(local)
+
+
+def _absolute_suite(suite: Suite) -> Suite:
+    """The suite with its paths absolute: inside the sealed folder a relative one means nothing."""
+    return dataclasses.replace(
+        suite, path=sealed.absolute(suite.path), baseline_path=sealed.absolute(suite.baseline_path),
+        include_path=None if suite.include_path is None else sealed.absolute(suite.include_path),
+        model=_absolute_model_paths(suite.model))
+
+
+def _absolute_model_paths(m: dict[str, Any]) -> dict[str, Any]:
+    """The suite's model settings with a tokenizer or adapter written as a path (``./tok``) made
+    absolute; a hub id (``org/tok``) stays one, and is never read from a folder of that name."""
+    out = dict(m)
+    if isinstance(out.get("tokenizer"), str) and sealed.is_path(out["tokenizer"]):
+        out["tokenizer"] = str(sealed.absolute(out["tokenizer"]))
+    extra = dict(out.get("model_args") or {})
+    for key in _PATH_ARGS:
+        if isinstance(extra.get(key), str) and sealed.is_path(extra[key]):
+            extra[key] = str(sealed.absolute(extra[key]))
+    if extra:
+        out["model_args"] = extra
+    return out
+
+
+# model_args that name a folder or a hub repository (lm-eval's HFLM: tokenizer, peft, delta).
+_PATH_ARGS = ("tokenizer", "peft", "delta")
+
+
+def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revision: str | None,
+         device: str | None, batch_size: Any, dtype: str | None, limit: Any, log: Log,
          preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None,
-         cache_dir: Path | str | None = None, look: Look | None = None, reuse_model: bool = False) -> Path:
+         cache_dir: Path | str | None = None, look: Look | None = None, reuse_model: bool = False,
+         pins: DatasetPins | None = None) -> Path:
+    """The run, inside the sealed folder: every path here is absolute; ``model`` is the name the
+    user gave (recorded), ``local`` its checkpoint folder (what lm-eval loads), None for a hub id.
+    A local model needs no network, and gatekeeper never switches it off: a bundled task's
+    dataset comes from the hub (or from the HF cache where the user set HF_DATASETS_OFFLINE)."""
     started, t0 = _utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
-    settings = _settings(suite, model, revision, device, batch_size, dtype, limit)
+    settings = _settings(suite, str(local) if local is not None else model, revision, device, batch_size,
+                         dtype, limit)
     backends.check_available(settings.backend.name, str(suite.path))
-    # A local model needs no network, and gatekeeper never switches it off: a bundled task's
-    # dataset comes from the hub (or from the HF cache where the user set HF_DATASETS_OFFLINE).
-    local = check_model(model)
     target = out_dir / _sanitize_model_name(model)
     check_output(out_dir, target)
     if not sys.stderr.isatty():
@@ -199,8 +252,9 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
         settings.cache = request_cache_path(Path(cache_dir), suite, settings, files, model)
         settings.cache_key = cache.secret_key()
         log(f"request cache: {settings.cache}_rank0.db")
+    pins = pins or DatasetPins()
     with _quiet_output(log, t0):
-        task_manager, top, leaves, plan = _built(suite, settings, preflight)
+        task_manager, top, leaves, plan = _built(suite, settings, preflight, pins)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
         looked = look_manifest(look, top, leaves, settings.limit) if look is not None else None
         if settings.backend.local_device:
@@ -216,6 +270,8 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
                 {t: _IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
             produced, results, timing = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs,
                                                   reuse_model and settings.backend.local_device)
+        _as_given(results, {str(local): model, _sanitize_model_name(str(local)): _sanitize_model_name(model)}
+                  if local is not None else {})
         ended = _utc_now()
         manifest = RunManifest(
             model=model,
@@ -253,6 +309,7 @@ def _run(suite: Suite, model: str, out_dir: Path, *, revision: str | None, devic
             cache=None if settings.cache is None else {"path": f"{settings.cache}_rank0.db"},
             task_files=plan.task_files,
             suite_hashed=suite.hashed,
+            datasets=dict(sorted(pins.used.items())),
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:
@@ -278,33 +335,44 @@ class DryRun:
     items: dict[str, int]  # leaf task -> documents it would evaluate
     prompts: dict[str, list[tuple[str, str]]]  # leaf task -> (context, continuation) as lm-eval builds them
     plan: RunPlan
+    datasets: dict[str, str] = field(default_factory=dict)  # hub dataset -> the commit it would evaluate
 
 
 def dry_run(suite: Suite, model: str, *, revision: str | None = None, device: str | None = None,
-            log: Log = print, preflight: Callable[[RunPlan], Any] | None = None, examples: int = 3) -> DryRun:
+            log: Log = print, preflight: Callable[[RunPlan], Any] | None = None, examples: int = 3,
+            lock: dict[str, str] | None = None) -> DryRun:
     """Every check ``run_suite`` makes before the model is loaded: lm-eval pin, backend, model
     path, task names, datasets (lm-eval builds every task, downloading what it needs), the
     suite's names, ``preflight`` (the baseline), the device; then ``examples`` rendered requests
     per task. Loads no weights and writes no run."""
+    local = _before_sealing(suite, model)
+    with sealed.sealed():
+        return _dry_run(_absolute_suite(suite), str(local) if local is not None else model, revision=revision,
+                        device=device, log=log, preflight=preflight, examples=examples,
+                        pins=DatasetPins(dict(lock or {})))
+
+
+def _dry_run(suite: Suite, model: str, *, revision: str | None, device: str | None, log: Log,
+             preflight: Callable[[RunPlan], Any] | None, examples: int, pins: DatasetPins) -> DryRun:
     t0 = time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
     settings = _settings(suite, model, revision, device, None, None, None)
     backends.check_available(settings.backend.name, str(suite.path))
-    check_model(model)
     with _quiet_output(log, t0):
-        _, _, leaves, plan = _built(suite, settings, preflight)
+        _, _, leaves, plan = _built(suite, settings, preflight, pins)
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
         prompts = {name: _rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
-    return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan)
+    return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())))
 
 
-def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any] | None
+def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any] | None, pins: DatasetPins
            ) -> tuple[Any, list[Any], dict[str, tuple[Any, Any]], RunPlan]:
-    """lm-eval's tasks built (datasets read), the suite's names checked against them, then
-    ``preflight``: (task manager, top-level tasks, leaves, plan)."""
+    """lm-eval's tasks built (datasets read, hub ones at their pinned commits), the suite's names
+    checked against them, then ``preflight``: (task manager, top-level tasks, leaves, plan)."""
     task_manager = _task_manager(suite, settings.model_args)
-    top, leaves, groups = _load_tasks(suite, task_manager)
+    with pinned(pins):
+        top, leaves, groups = _load_tasks(suite, task_manager)
     plan = task_plan(leaves, groups, settings.limit)
     plan.task_files = task_files(suite, task_manager, leaves)
     names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
@@ -1066,6 +1134,27 @@ def task_files(suite: Suite, tm: Any, leaves: dict[str, tuple[Any, Any]]) -> dic
             if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
                 out[f"lm_eval/tasks/{rel}/{path.name}"] = taskcode.file_hash(path)
     return dict(sorted(out.items()))
+
+
+def _as_given(results_file: Path, given: dict[str, str]) -> None:
+    """lm-eval was handed the checkpoint's absolute path (the sealed folder is elsewhere); its
+    results.json names the model as the user gave it, as if it had run in the user's folder."""
+    if not given:
+        return
+    data = json.loads(results_file.read_text(encoding="utf-8"))
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, str):
+            return given.get(value, value)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        return value
+
+    clean = swap(data)
+    if clean != data:
+        write_json_atomic(results_file, clean)
 
 
 def _redact_results(results_file: Path) -> None:

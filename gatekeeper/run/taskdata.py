@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper.errors import GateError
+from gatekeeper.run import sealed
 from gatekeeper.suite.suite import map_data_files
 
 
@@ -84,7 +85,7 @@ def _beside(path: str, yaml_path: Path, root: Path) -> str:
                         "`dataset:` in the suite")
     if glob.glob(str(full)):
         return str(full)
-    if glob.glob(path):
+    if glob.glob(str(sealed.origin() / path)):
         raise GateError(f"{yaml_path}: data_files {path!r} exists relative to the working directory, not to the "
                         f"task file; write it relative to {yaml_path.parent} (gatekeeper reads a task's relative "
                         "data_files against its YAML, so the suite runs the same from any folder)")

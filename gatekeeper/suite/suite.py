@@ -381,6 +381,13 @@ def _semantic_errors(data: dict, root: yaml.Node | None, path: Path) -> list[tup
             errors.append((line_of(root, where), path_str(where),
                            f"task {task['name']!r} is listed twice (first as tasks[{seen[task['name']]}])"))
         seen.setdefault(task["name"], i)
+        kwargs = (task.get("dataset") or {}).get("kwargs") if isinstance(task.get("dataset"), dict) else None
+        revision = kwargs.get("revision") if isinstance(kwargs, dict) else None
+        if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+            where = ("tasks", i, "dataset", "kwargs", "revision")
+            errors.append((line_of(root, where), path_str(where),
+                           f"expected a string (a commit sha, tag or branch), got {revision!r}; quote it: "
+                           f"revision: \"{revision}\""))
     include = data.get("include_path")
     if isinstance(include, str) and include and not (path.parent / include).is_dir():
         errors.append((line_of(root, ("include_path",)), "include_path",
