@@ -89,6 +89,11 @@ END_TO_END = frozenset({
     "test_bundled_tasks_record_regate_unchanged_and_gate_the_regressed_model",
     "test_the_request_cache_never_unpickles_and_never_answers_for_another_model",
     "test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs",
+    # a hub dataset's head moves: record, gate online and offline, dry run, re-record on new data,
+    # a rewritten history; six gatekeeper processes on one small suite
+    "test_a_hub_dataset_that_moves_after_the_baseline_changes_nothing",
+    # record, then the console script and the action's entry on a PR planting four vectors
+    "test_a_prs_files_never_reach_the_evaluation_through_the_console_script_or_the_action",
 })
 # The files that start first, one on each worker, before xdist's own order (files with most tests
 # first). Each is one long test that is mostly waiting or its own processes: the fresh clone

@@ -64,7 +64,7 @@ def record_results(
 def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None) -> Path:
     """Replace the working baseline; the anchor (``anchor.py``) stays: the baseline being replaced
     becomes the anchor when there is none yet, and a promotion that changes the measurement
-    (another suite hash than the anchor's) drops the old anchor."""
+    (another suite hash than the anchor's, or new commits of its hub datasets) drops the old anchor."""
     target = Path(path) if path is not None else suite.baseline_path
     check_target(target, suite, inside=path is None)
     check_target(anchor.anchor_path(target), suite, inside=path is None)
@@ -72,7 +72,7 @@ def promote_results(results: RunResults, suite: Suite, *, path: Path | None = No
         if target.is_file():
             # Copy first, replace second: a failure at any point leaves the current baseline valid.
             _write_history(target, target.read_bytes())
-            anchor.keep_as_anchor(target, replace=_measures_otherwise(target, suite))
+            anchor.keep_as_anchor(target, replace=_measures_otherwise(target, suite, results))
         save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
 
@@ -90,12 +90,19 @@ def pin_anchor(results: RunResults, suite: Suite, *, baseline: Path | None = Non
     return target
 
 
-def _measures_otherwise(target: Path, suite: Suite) -> bool:
+def _measures_otherwise(target: Path, suite: Suite, results: RunResults) -> bool:
     """Whether the anchor in place (else the baseline about to become it) was recorded for
-    another suite hash than the one being promoted into."""
+    another suite hash than the one being promoted into, or at other commits of a hub dataset
+    (``run --new-data``: other items, nothing to compare with)."""
     current = anchor.anchor_path(target) if anchor.anchor_path(target).is_file() else target
-    recorded = fmt.read(current)[1].provenance.suite_hash
-    return bool(recorded) and recorded != suite.hash
+    provenance = fmt.read(current)[1].provenance
+    recorded = provenance.suite_hash
+    if bool(recorded) and recorded != suite.hash:
+        return True
+    before = (provenance.manifest or {}).get("datasets") or {}
+    after = (results.provenance.manifest or {}).get("datasets") or {}
+    return isinstance(before, dict) and isinstance(after, dict) and any(
+        before.get(name) != sha for name, sha in after.items() if name in before)
 
 
 def check_target(target: Path, suite: Suite, *, inside: bool = True) -> None:

@@ -97,11 +97,12 @@ def cache_locations(env: Mapping[str, str] | None = None) -> list[tuple[str, Pat
 
 def check_caches(roots: Iterable[Path], env: Mapping[str, str] | None = None) -> None:
     """GateError when a Hugging Face cache lies inside one of ``roots`` (the repository)."""
+    env = os.environ if env is None else env
     for var, folder in cache_locations(env):
         real = Path(os.path.realpath(folder))
         for root in roots:
             if real == root or root in real.parents:
-                shown = f"{var}={os.environ.get(var, '')}" if var in os.environ else var
+                shown = f"{var}={env[var]}" if var in env else var
                 raise GateError(
                     f"{shown}: the Hugging Face cache {folder} lies inside the repository {root}, which a pull "
                     "request writes (the cache holds evaluate and datasets modules, which are code, and the data "
