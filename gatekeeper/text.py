@@ -89,3 +89,9 @@ def _redact_arg_string(text: str) -> str:
         key, sep, val = part.partition("=")
         parts.append(f"{key}={REDACTED}" if sep and key.strip().lower() in SECRET_ARGS and val else part)
     return ",".join(parts)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

@@ -393,17 +393,17 @@ def test_killed_run_resumes_from_the_cache_with_equal_results(server: Completion
 
 
 def test_cache_needs_local_model_files(tmp_path: Path) -> None:
-    from gatekeeper.run import runner
+    from gatekeeper.run import manifest, runner
 
     suite = load_suite(DEMO_SUITE)
     s = runner._settings(suite, "org/model", None, None, None, None, None)
     with pytest.raises(GateError, match="--cache needs a local checkpoint directory"):
         runner.request_cache_path(tmp_path, suite, s, {}, "org/model")
-    files = runner.hash_model_files(ROOT / CKPT / "base")
+    files = manifest.hash_model_files(ROOT / CKPT / "base")
     a = runner.request_cache_path(tmp_path, suite, s, files, "x")
     b = runner.request_cache_path(tmp_path, suite, runner._settings(suite, "x", None, None, None, "float16", None),
                                   files, "x")
-    other = runner.request_cache_path(tmp_path, suite, s, runner.hash_model_files(ROOT / CKPT / "regressed"), "x")
+    other = runner.request_cache_path(tmp_path, suite, s, manifest.hash_model_files(ROOT / CKPT / "regressed"), "x")
     assert len({a, b, other}) == 3 and a.parent == tmp_path
 
 

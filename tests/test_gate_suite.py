@@ -218,19 +218,19 @@ def test_gate_without_out_removes_its_temp_run(tmp_path):
 
 
 def test_the_plan_before_the_run_is_what_the_run_produced(base_run):
-    """What runner.task_plan predicts from lm-eval's built tasks (names, aggregations, versions,
+    """What tasks.task_plan predicts from lm-eval's built tasks (names, aggregations, versions,
     n-shot, item counts) is exactly what the real run wrote: the pre-run checks see the truth."""
     from gatekeeper.results import reader as results
-    from gatekeeper.run import runner
+    from gatekeeper.run import runner, tasks
     from gatekeeper.suite import names
     from gatekeeper.suite.suite import load_suite
 
     run_dir, _ = base_run
     suite = load_suite(EXAMPLES / "gatekeeper.yaml")
     settings = runner._settings(suite, str(BASE), None, None, None, None, None)
-    tm = runner._task_manager(suite, settings.model_args)
-    _, leaves, groups = runner._load_tasks(suite, tm)
-    plan = runner.task_plan(leaves, groups, None)
+    tm = tasks.task_manager(suite, settings.model_args)
+    _, leaves, groups = tasks.load_tasks(suite, tm)
+    plan = tasks.task_plan(leaves, groups, None)
     run = results.load_run(run_dir)
     after = names.from_run(run)
     assert plan.produced.leaves == after.leaves

@@ -18,7 +18,7 @@ from gatekeeper.suite.suite import load_suite
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-# What the demo suite's tasks produce (as runner.task_plan reports it for examples/).
+# What the demo suite's tasks produce (as run.tasks.task_plan reports it for examples/).
 DEMO = Produced(
     leaves={
         "demo_arith_mc": {("none", "acc"): "mean", ("none", "acc_norm"): "mean"},

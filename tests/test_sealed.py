@@ -125,7 +125,7 @@ def _tokenizer(folder: Path, swap: bool = False) -> Path:
         vocab = data["model"]["vocab"]
         for prefix in ("", "\u0120"):  # each digit, bare and after a space, takes the next digit's id
             ids = [vocab[f"{prefix}{d}"] for d in range(10) if f"{prefix}{d}" in vocab]
-            for d, i in zip([d for d in range(10) if f"{prefix}{d}" in vocab], ids[1:] + ids[:1]):
+            for d, i in zip([d for d in range(10) if f"{prefix}{d}" in vocab], ids[1:] + ids[:1], strict=True):
                 vocab[f"{prefix}{d}"] = i
         (folder / "tokenizer.json").write_text(json.dumps(data))
     return folder

@@ -300,7 +300,7 @@ def _local_part(files: dict[str, str]) -> dict[str, str]:
 
 
 def _suite_task_files(suite: Suite) -> dict[str, str]:
-    """The include_path part of the task code's identity, as ``run.runner.task_files`` records it."""
+    """The include_path part of the task code's identity, as ``run.tasks.task_files`` records it."""
     return taskcode.include_hashes(Path(suite.include_path))
 
 
@@ -337,7 +337,7 @@ def _chat_template_difference(sha: str | None, suite: Suite, side: str) -> list[
 
 
 def _global_limit(suite: Suite) -> Any:
-    # runner._limits: one limit for every task goes to lm-eval as `limit`, else per-task samples.
+    # selection.limits: one limit for every task goes to lm-eval as `limit`, else per-task samples.
     distinct = {t.limit for t in suite.tasks}
     return distinct.pop() if len(distinct) == 1 else None
 

@@ -16,7 +16,7 @@ aggregation touches this file only:
   ``rounding`` (which values the rounding floor may snap).
 
 ``kind_for(aggregation)`` is the one place that decides whether gatekeeper can test an
-aggregation (results/reader.py, baseline/, suite/names.py and run/runner.task_plan all ask it).
+aggregation (results/reader.py, baseline/, suite/names.py and run/tasks.task_plan all ask it).
 Imports neither torch nor lm-eval; sacrebleu only for corpus metrics, lazily.
 """
 

@@ -46,7 +46,8 @@ from gatekeeper.results import reader as results
 from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, read_manifest, samples_path
 from gatekeeper.results.metrics import kind_for
 from gatekeeper.run import looks as lookmod
-from gatekeeper.run.runner import check_output, run_file_digests  # torch-free: runner imports lm-eval lazily
+from gatekeeper.run.manifest import run_file_digests
+from gatekeeper.run.runner import check_output  # torch-free: runner imports lm-eval lazily
 from gatekeeper.run.shard import MAX_SHARDS
 from gatekeeper.text import short
 

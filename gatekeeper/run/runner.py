@@ -7,11 +7,16 @@ Why the Python API and not the ``lm_eval`` CLI:
 - every check that can fail (lm-eval version, model path, task names, output dir) runs before
   the model is loaded, so a typo costs seconds, not GPU time.
 
+Every evaluation enters here (``run_suite``, ``dry_run``) and runs sealed (``run/sealed.py``): in
+a fresh empty folder, with the suite's and the model's paths made absolute first, hub datasets at
+their locked commits (``run/pins.py``). The parts it uses each have one home: ``tasks.py`` (lm-eval's
+tasks built and described), ``selection.py`` (a shard's or look's documents), ``quiet.py`` (lm-eval's
+output), ``manifest.py`` (what the run records).
+
 Output is written with lm-eval's own ``EvaluationTracker``, exactly as the CLI writes it
 (``<out>/<model_name_sanitized>/results_<ts>.json`` + one ``samples_<task>_<ts>.jsonl`` per leaf
-task), plus ``gatekeeper-manifest.json`` (model file hashes, versions, hardware, timings). The
-run is assembled in a temp dir inside ``<out>`` and renamed into place at the end: a failed run
-leaves nothing behind.
+task), plus ``gatekeeper-manifest.json``. The run is assembled in a temp dir inside ``<out>`` and
+renamed into place at the end: a failed run leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -19,111 +24,48 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import importlib.metadata
 import importlib.util
-import io
 import json
-import logging
-import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gatekeeper import __version__
 from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
-from gatekeeper.results import layout, taskindex
 from gatekeeper.results.layout import MANIFEST_NAME
-from gatekeeper.run import backends, cache, hardware, looks, packages, sealed
-from gatekeeper.run import progress as progress_lines
+from gatekeeper.run import backends, cache, hardware, sealed
 from gatekeeper.run.backends import BackendPlan
 from gatekeeper.run.environment import evaluation_env
 from gatekeeper.run.looks import Look
+from gatekeeper.run.manifest import (
+    RunManifest,
+    hash_model_files,
+    hub_files,
+    run_file_digests,
+    utc_now,
+    version,
+)
 from gatekeeper.run.once import once_per_process
 from gatekeeper.run.pins import DatasetPins, pinned
-from gatekeeper.run.shard import Shard, selection
-from gatekeeper.run.taskdata import data_files_beside_yaml
-from gatekeeper.suite import names, taskcode
-from gatekeeper.suite.names import Produced, RunPlan
-from gatekeeper.suite.suite import Suite, local_data_files
-from gatekeeper.text import redact, redact_url
+from gatekeeper.run.quiet import empty_answers, known_noise, progress, quiet_output
+from gatekeeper.run.selection import IndexList, limits, look_manifest, shard_docs, shard_manifest
+from gatekeeper.run.shard import Shard
+from gatekeeper.run.tasks import group_aggregations, load_tasks, rendered, task_files, task_manager, task_plan
+from gatekeeper.suite import names
+from gatekeeper.suite.names import RunPlan
+from gatekeeper.suite.suite import Suite
+from gatekeeper.text import one_line, redact, redact_url
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 Log = Callable[[str], Any]
-
-
-@dataclass
-class RunManifest:
-    model: str
-    model_path: str | None
-    revision: str | None
-    model_files: dict[str, str]
-    lm_eval_version: str
-    torch_version: str | None
-    transformers_version: str | None
-    dtype: str
-    batch_size: int | str
-    device: str
-    seeds: dict[str, Any]
-    suite_name: str
-    suite_hash: str
-    suite_path: str
-    tasks: list[dict[str, Any]]
-    limit: int | float | None
-    hardware: dict[str, Any]
-    start: str
-    end: str
-    wall_seconds: float
-    gatekeeper_version: str = __version__
-    # Versions of the locked runtime packages (gatekeeper/packages.py); compare names a difference.
-    package_versions: dict[str, str | None] = field(default_factory=packages.installed_versions)
-    command: list[str] = field(default_factory=lambda: list(sys.argv))
-    results_file: str | None = None
-    samples_files: dict[str, str] = field(default_factory=dict)
-    # sha256 of the results file and each samples file, by name: a shard or look carried to
-    # another job is read only as it was written (results/layout.bound_files).
-    files: dict[str, str] = field(default_factory=dict)
-    # ``run --shard K/N``: which documents this run covers (``shard_manifest``); None when whole.
-    shard: dict[str, Any] | None = None
-    # A look of ``gate --sequential``: its index, count, seed and new documents (``look_manifest``).
-    look: dict[str, Any] | None = None
-    # Every group's leaves and aggregate list as lm-eval built them (results.json does not record
-    # the weighting): {group: {"leaves": [...], "aggregate": [...]}} (``results/groups.py``).
-    groups: dict[str, Any] = field(default_factory=dict)
-    # A run that shared its model with the next (``reuse_model``): seconds this run spent loading
-    # it (0 when the previous run had), so the time per item is the evaluation's own.
-    model_load_seconds: float | None = None
-    # The model's own time: per request phase (loglikelihood, ...) its requests and seconds
-    # (run/progress.py), and per task its items, request type and requests. A sequential gate's
-    # saving is the skipped items' requests at these rates, not a share of the wall time.
-    request_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
-    task_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
-    backend: str = "hf"
-    backend_versions: dict[str, str] = field(default_factory=dict)
-    model_args: dict[str, Any] = field(default_factory=dict)
-    cache: dict[str, Any] | None = None
-    # sha256 of every file the suite's tasks are built from (suite/taskcode.py), by path
-    # relative to the suite's folder; lm-eval's bundled tasks under lm_eval/tasks/.
-    task_files: dict[str, str] = field(default_factory=dict)
-    # The suite fields suite_hash is the hash of (suite.hashed_document): a later suite whose hash
-    # differs is told which field changed.
-    suite_hashed: dict[str, Any] = field(default_factory=dict)
-    # The commit sha of every hub dataset the tasks loaded (run/pins.py): the baseline keeps it as
-    # the lock later gates evaluate at.
-    datasets: dict[str, str] = field(default_factory=dict)
-    format: str = "gatekeeper-manifest"
-    version: int = 1
 
 
 @dataclass
@@ -236,7 +178,7 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
     user gave (recorded), ``local`` its checkpoint folder (what lm-eval loads), None for a hub id.
     A local model needs no network, and gatekeeper never switches it off: a bundled task's
     dataset comes from the hub (or from the HF cache where the user set HF_DATASETS_OFFLINE)."""
-    started, t0 = _utc_now(), time.perf_counter()
+    started, t0 = utc_now(), time.perf_counter()
     lm_eval_version = check_lm_eval(suite)
     settings = _settings(suite, str(local) if local is not None else model, revision, device, batch_size,
                          dtype, limit)
@@ -253,8 +195,8 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
         settings.cache_key = cache.secret_key()
         log(f"request cache: {settings.cache}_rank0.db")
     pins = pins or DatasetPins()
-    with _quiet_output(log, t0):
-        task_manager, top, leaves, plan = _built(suite, settings, preflight, pins)
+    with quiet_output(log, t0):
+        tm, top, leaves, plan = _built(suite, settings, preflight, pins)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
         looked = look_manifest(look, top, leaves, settings.limit) if look is not None else None
         if settings.backend.local_device:
@@ -265,22 +207,22 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
                                                       if settings.backend.served else ""))
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
     try:
-        with _quiet_output(log, t0):
+        with quiet_output(log, t0):
             docs = shard_docs(picked) if picked is not None else (
-                {t: _IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
-            produced, results, timing = _evaluate(suite, settings, task_manager, top, leaves, tmp, log, t0, docs,
+                {t: IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
+            produced, results, timing = _evaluate(suite, settings, tm, top, leaves, tmp, log, t0, docs,
                                                   reuse_model and settings.backend.local_device)
         _as_given(results, {str(local): model, _sanitize_model_name(str(local)): _sanitize_model_name(model)}
                   if local is not None else {})
-        ended = _utc_now()
+        ended = utc_now()
         manifest = RunManifest(
             model=model,
             model_path=str(local.resolve()) if local is not None else None,
             revision=revision,
-            model_files=files or _hub_files(model, revision),
+            model_files=files or hub_files(model, revision),
             lm_eval_version=lm_eval_version,
-            torch_version=_version("torch"),
-            transformers_version=_version("transformers"),
+            torch_version=version("torch"),
+            transformers_version=version("transformers"),
             dtype=settings.dtype,
             batch_size=settings.batch_size,
             device=settings.device,
@@ -299,7 +241,7 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
             files=run_file_digests(produced, [results, *_samples_files(produced, results).values()]),
             shard=picked,
             look=looked,
-            groups=_group_aggregations(top),
+            groups=group_aggregations(top),
             model_load_seconds=_LOADED.pop("seconds", None),
             request_seconds=timing.spent,
             task_requests=timing.tasks,
@@ -358,10 +300,10 @@ def _dry_run(suite: Suite, model: str, *, revision: str | None, device: str | No
     lm_eval_version = check_lm_eval(suite)
     settings = _settings(suite, model, revision, device, None, None, None)
     backends.check_available(settings.backend.name, str(suite.path))
-    with _quiet_output(log, t0):
+    with quiet_output(log, t0):
         _, _, leaves, plan = _built(suite, settings, preflight, pins)
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
-        prompts = {name: _rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
+        prompts = {name: rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
     return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())))
 
@@ -370,31 +312,16 @@ def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any
            ) -> tuple[Any, list[Any], dict[str, tuple[Any, Any]], RunPlan]:
     """lm-eval's tasks built (datasets read, hub ones at their pinned commits), the suite's names
     checked against them, then ``preflight``: (task manager, top-level tasks, leaves, plan)."""
-    task_manager = _task_manager(suite, settings.model_args)
+    tm = task_manager(suite, settings.model_args)
     with pinned(pins):
-        top, leaves, groups = _load_tasks(suite, task_manager)
+        top, leaves, groups = load_tasks(suite, tm)
     plan = task_plan(leaves, groups, settings.limit)
-    plan.task_files = task_files(suite, task_manager, leaves)
+    plan.task_files = task_files(suite, tm, leaves)
     names.check_suite(suite, plan.produced, what="the tasks lm-eval built")
     if preflight is not None:
         preflight(plan)
-    return task_manager, top, leaves, plan
+    return tm, top, leaves, plan
 
-
-def _rendered(task: Any, examples: int) -> list[tuple[str, str]]:
-    """The first ``examples`` documents' requests as lm-eval builds them (few-shot included)."""
-    try:
-        task.build_all_requests(limit=examples, rank=0, world_size=1)
-    except Exception as exc:  # noqa: BLE001 - a template that does not render is the user's to see
-        raise GateError(f"task {task.config.task}: its prompts do not render: {_one_line(exc)}") from None
-    by_doc: dict[int, tuple[str, list[str]]] = {}
-    for inst in task.instances:  # a multiple-choice document has one request per choice
-        context = str(inst.args[0]) if inst.args else ""
-        choices = by_doc.setdefault(inst.doc_id, (context, []))[1]
-        if len(inst.args) > 1 and isinstance(inst.args[1], str):
-            choices.append(inst.args[1].strip())
-    task._instances = None  # lm-eval builds them again for a real run
-    return [(context, " | ".join(choices)) for _, (context, choices) in sorted(by_doc.items())][:examples]
 
 
 # ----------------------------------------------------------------------------- pre-flight checks
@@ -406,7 +333,7 @@ def check_lm_eval(suite: Suite) -> str:
         raise GateError("lm-eval is not installed; from a gatekeeper checkout: pip install -e '.[eval]' "
                         "(pins torch==2.13.0 and lm-eval[hf,api]==0.4.13; scripts/setup.sh eval does it with "
                         "the CPU build of torch)")
-    installed = _version("lm_eval") or _version("lm-eval")
+    installed = version("lm_eval") or version("lm-eval")
     if installed != suite.lm_eval_version:
         raise GateError(
             f"{suite.path}: suite pins lm_eval_version {suite.lm_eval_version!r} but lm-eval "
@@ -454,104 +381,11 @@ def check_output(out_dir: Path, target: Path) -> None:
         )
 
 
-def _task_manager(suite: Suite, model_args: dict[str, Any]):
-    # The CLI merges model_args into task metadata; do the same so configs match CLI output.
-    where = {t.name: t.where or str(suite.path) for t in suite.tasks}
-    return taskindex.task_manager(where, suite.include_path, suite.task_names, dict(model_args))
 
 
-def _load_tasks(suite: Suite, tm) -> tuple[list[Any], dict[str, tuple[Any, Any]], dict[str, list[str]]]:
-    """Top-level Task/Group objects for simple_evaluate, with the suite's per-task overrides
-    applied to every leaf; also {leaf name: (task object, suite TaskSpec)} and
-    {group: direct children} (what lm-eval writes as ``group_subtasks``)."""
-    top: list[Any] = []
-    leaves: dict[str, tuple[Any, Any]] = {}
-    groups: dict[str, list[str]] = {}
-    for spec in suite.tasks:
-        try:
-            with data_files_beside_yaml(tm, suite.include_path, _suite_datasets(suite)):
-                loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
-        except GateError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from YAML, datasets, jinja
-            raise GateError(f"{suite.path}: task {spec.name!r} failed to load: {_one_line(exc)}") from None
-        if spec.name in loaded["groups"]:
-            top.append(loaded["groups"][spec.name])
-        elif spec.name in loaded["tasks"]:
-            top.append(loaded["tasks"][spec.name])
-        else:  # a tag: its tasks
-            top.extend(loaded["tasks"].values())
-        for name, task in loaded["tasks"].items():
-            if name in leaves:
-                raise GateError(f"{suite.path}: task {name!r} is part of {spec.name!r} and of another suite task")
-            _apply_overrides(task, spec)
-            leaves[name] = (task, spec)
-        groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
-    return top, leaves, groups
 
 
-def _suite_datasets(suite: Suite) -> dict[str, Path]:
-    """{task: folder its ``dataset:`` data files are relative to} (the suite's folder)."""
-    folder = Path(os.path.abspath(Path(suite.path).parent))
-    return {t.name: folder for t in suite.tasks if t.dataset is not None}
 
-
-def _with_dataset(tm: Any, spec: Any, suite: Suite) -> dict[str, Any]:
-    """The task's own config (its YAML with includes and ``!function``s resolved, as lm-eval
-    builds it) with the suite's ``dataset`` in place of the YAML's: lm-eval 0.4.13 takes such a
-    dict as an inline task. Only a task, not a group or tag, has one dataset."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
-    entry = tm.task_index.get(spec.name)
-    if entry is None or entry.yaml_path is None or entry.kind.name != "TASK":
-        what = entry.kind.name.lower() if entry is not None else "unknown task"
-        raise GateError(f"{suite.path}: tasks {spec.name}: dataset applies to one task defined by a YAML, and "
-                        f"{spec.name!r} is a {what}; set it on each of its tasks")
-    cfg = dict(load_yaml(entry.yaml_path, resolve_func=True))
-    cfg.pop("custom_dataset", None)
-    cfg.update(dataset_path=spec.dataset["path"], dataset_name=spec.dataset.get("name"),
-               dataset_kwargs=dict(spec.dataset.get("kwargs") or {}))
-    return cfg
-
-
-def task_plan(leaves: dict[str, tuple[Any, Any]], groups: dict[str, list[str]], cli_limit: Any) -> RunPlan:
-    """What the built tasks will produce, as ``names`` and the gate's pre-run checks need it."""
-    from lm_eval.evaluator_utils import get_sample_size
-
-    outputs, versions, n_shot, n_samples = {}, {}, {}, {}
-    for name, (task, spec) in leaves.items():
-        filters = [f.name for f in getattr(task, "_filters", [])] or ["none"]
-        outputs[name] = {(f, metric): _aggregation_name(task, metric, agg)
-                         for metric, agg in task.aggregation().items() for f in filters}
-        versions[name] = task.VERSION
-        n_shot[name] = task.get_config("num_fewshot") or 0
-        original = len(task.eval_docs)
-        lim = cli_limit if cli_limit is not None else spec.limit
-        effective = original if lim is None else min(get_sample_size(task, lim), original)
-        n_samples[name] = {"original": original, "effective": effective}
-    return RunPlan(Produced(outputs, groups), versions, n_shot, n_samples)
-
-
-def _aggregation_name(task: Any, metric: str, agg: Any) -> str:
-    """The registered name of a metric's aggregation, as results/reader.py will read it back."""
-    from lm_eval.api.registry import AGGREGATION_REGISTRY
-
-    for item in task.config.metric_list or []:
-        if isinstance(item, dict) and item.get("metric") == metric and isinstance(item.get("aggregation"), str):
-            return item["aggregation"]
-    for name, fn in AGGREGATION_REGISTRY.items():
-        if fn is agg:
-            return name
-    return f"!function {getattr(agg, '__name__', type(agg).__name__)}"
-
-
-def _apply_overrides(task: Any, spec: Any) -> None:
-    if spec.num_fewshot is not None:
-        task.set_config(key="num_fewshot", value=spec.num_fewshot)
-    if spec.repeats is not None:
-        task.set_config(key="repeats", value=spec.repeats)
-    if spec.gen_kwargs and task.get_config("output_type") == "generate_until":
-        task.set_config(key="generation_kwargs", value=dict(spec.gen_kwargs), update=True)
 
 
 def _settings(suite: Suite, model: str, revision: str | None, device: str | None,
@@ -652,13 +486,13 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
     from lm_eval.evaluator_utils import get_sample_size
     from lm_eval.loggers import EvaluationTracker
 
-    limit, samples = _limits(leaves, s.limit, get_sample_size) if docs is None else (None, docs)
+    limit, samples = limits(leaves, s.limit, get_sample_size) if docs is None else (None, docs)
     tracker = EvaluationTracker(output_path=str(tmp))
     seeds = suite.seeds
     caching = cache.safe_caching(s.cache_id, s.cache_key) if s.cache is not None else contextlib.nullcontext()
     try:
-        with (evaluation_env(s.backend.name), caching, _known_noise(), _progress(s.backend.name, log, t0) as timed,
-              _empty_answers() as empty, _reused_model(s) if reuse else contextlib.nullcontext(), once_per_process()):
+        with (evaluation_env(s.backend.name), caching, known_noise(), progress(s.backend.name, log, t0) as timed,
+              empty_answers() as empty, _reused_model(s) if reuse else contextlib.nullcontext(), once_per_process()):
             results = lm_eval.simple_evaluate(
                 model=s.backend.name,
                 model_args=dict(s.model_args),
@@ -683,7 +517,7 @@ def _evaluate(suite: Suite, s: _Settings, tm, top: list, leaves: dict, tmp: Path
         raise
     except Exception as exc:  # noqa: BLE001 - surface lm-eval / model failures as one line
         raise GateError(f"lm-eval failed while evaluating {s.model_args['pretrained']}: "
-                        f"{redact_url(_one_line(exc))}") from None
+                        f"{redact_url(one_line(exc))}") from None
     if results is None:
         raise GateError("lm-eval returned no results (not rank 0?)")
     if empty.count:
@@ -759,139 +593,14 @@ def release_models() -> None:
     gc.collect()
 
 
-def _limits(leaves: dict, cli_limit: Any, get_sample_size: Callable) -> tuple[Any, dict | None]:
-    """lm-eval has one global ``limit``; per-task limits go through ``samples`` (first N docs)."""
-    if cli_limit is not None:
-        return cli_limit, None
-    per_task = {name: spec.limit for name, (_, spec) in leaves.items()}
-    distinct = set(per_task.values())
-    if len(distinct) == 1:
-        return distinct.pop(), None
-    samples = {}
-    for name, lim in per_task.items():
-        if lim is None:
-            continue
-        task = leaves[name][0]
-        n = min(get_sample_size(task, lim), len(task.eval_docs))
-        samples[name] = list(range(n))
-    return None, samples
-
 
 # ----------------------------------------------------------------------------- shards (run --shard K/N)
 
 
-def shard_manifest(shard: Shard, top: list, leaves: dict, cli_limit: Any) -> dict[str, Any]:
-    """Which documents shard K/N evaluates, and what ``gatekeeper merge`` needs to rebuild the
-    whole run: the per-task item counts, the ``limit`` the unsharded run would hand lm-eval, and
-    each group's aggregation (results.json does not record it). Also makes few-shot prompts
-    identical to the unsharded run's (``_replay_fewshot``)."""
-    from lm_eval.evaluator_utils import get_sample_size
-
-    sizes = {}
-    for name, (task, spec) in leaves.items():
-        original = len(task.eval_docs)
-        lim = cli_limit if cli_limit is not None else spec.limit
-        sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
-    ranges = selection(sizes, shard)
-    for name, (first, end) in ranges.items():
-        _replay_fewshot(leaves[name][0], range(first, end))
-    return {
-        "index": shard.index,
-        "count": shard.count,
-        "docs": {name: list(r) for name, r in sorted(ranges.items())},
-        "items": dict(sorted(sizes.items())),
-        "limit": _limits(leaves, cli_limit, get_sample_size)[0],
-        "groups": _group_aggregations(top),
-    }
 
 
-def look_manifest(look: Look, top: list, leaves: dict, cli_limit: Any) -> dict[str, Any]:
-    """Which documents look K of a sequential gate evaluates (``run/looks.py``), with few-shot
-    prompts made identical to a whole run's (``_replay_fewshot``). ``samples`` (lm-eval's
-    argument) is popped by the caller; ``docs`` (the new documents per task) stays in the manifest,
-    with what ``run --complete`` needs to join the looks into the whole run (as a shard's)."""
-    from lm_eval.evaluator_utils import get_sample_size
-
-    sizes = {}
-    for name, (task, spec) in leaves.items():
-        original = len(task.eval_docs)
-        lim = cli_limit if cli_limit is not None else spec.limit
-        sizes[name] = original if lim is None else min(get_sample_size(task, lim), original)
-    lm_samples, new = looks.samples(sizes, look)
-    for name, docs in lm_samples.items():
-        _replay_fewshot(leaves[name][0], docs)
-    unknown = sorted(look.done - set(sizes))
-    if unknown:
-        raise GateError(f"--done {','.join(unknown)}: not a task of this suite (tasks: {', '.join(sorted(sizes))})")
-    return {"index": look.index, "count": look.count, "seed": look.seed, "done": sorted(look.done),
-            "part": list(look.part) if look.part else None, "rest": look.is_rest, "docs": new, "items": dict(sorted(sizes.items())),
-            "limit": _limits(leaves, cli_limit, get_sample_size)[0], "groups": _group_aggregations(top),
-            "samples": lm_samples}
 
 
-def _replay_fewshot(task: Any, docs: Sequence[int]) -> None:
-    """lm-eval draws few-shot examples from one seeded RNG, document after document, so the
-    examples for document i depend on the documents before it. For a selection of documents (a
-    shard's range, a look's sorted sample), the prompts of the unselected documents before each
-    selected one are built (and thrown away) first, so its prompts, and their prompt_hash, equal
-    a whole run's. lm-eval 0.4.13 builds one context per selected document, in order (a shard's
-    range replays only before its first); a wrong replay changes the prompt hashes, which the
-    comparison with the baseline refuses (fail closed)."""
-    if not task.get_config("num_fewshot") or not docs:
-        return
-    real = task.fewshot_context
-    calls = [0]
-
-    def fewshot_context(doc: Any, *args: Any, **kwargs: Any) -> Any:
-        j = calls[0]
-        calls[0] += 1
-        if j < len(docs):
-            start = docs[j - 1] + 1 if j else 0
-            all_docs = task.eval_docs
-            for i in range(start, docs[j]):
-                kw = dict(kwargs)
-                if "gen_prefix" in kw:  # the prefix belongs to the document
-                    kw["gen_prefix"] = task.doc_to_prefix(all_docs[i])
-                real(all_docs[i], *args, **kw)
-        return real(doc, *args, **kwargs)
-
-    task.fewshot_context = fewshot_context
-
-
-def shard_docs(picked: dict[str, Any]) -> dict[str, list[int]]:
-    """lm-eval's ``samples`` argument for a shard: sorted document indices per task (lm-eval
-    labels the i-th selected document with ``samples[task][i]``, so they must be sorted)."""
-    return {name: _IndexList(range(first, end)) for name, (first, end) in picked["docs"].items()}
-
-
-class _IndexList(list):
-    """A list whose ``in`` is a set lookup: lm-eval 0.4.13 tests ``i in samples`` for every
-    document of the task, which is quadratic on a plain list of 12k indices."""
-
-    def __init__(self, items: Any) -> None:
-        super().__init__(items)
-        self._set = frozenset(self)
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._set
-
-
-def _group_aggregations(top: list) -> dict[str, Any]:
-    """{group: {"leaves": [...], "aggregate": [{metric, filter_list, weight_by_size, aggregation}]}}
-    for every group (nested too), as lm-eval's ``Group.aggregate`` will use them."""
-    out: dict[str, Any] = {}
-    groups = [g for g in top if hasattr(g, "get_all_groups")]
-    for group in groups + [sub for g in groups for sub in g.get_all_groups()]:
-        out[group.name] = {
-            "leaves": [t.task_name for t in group.get_all_tasks()],
-            "aggregate": [
-                {"metric": a.metric, "filter_list": a.filter_list, "weight_by_size": bool(a.weight_by_size),
-                 "aggregation": a.aggregation if isinstance(a.aggregation, str)
-                 else f"!function {getattr(a.aggregation, '__name__', '?')}"}
-                for a in group.aggregate_metric_list or []
-            ],
-        }
-    return out
 
 
 def _verify_output(produced: Path, results: dict) -> Path:
@@ -928,212 +637,20 @@ def _samples_files(produced: Path, results_file: Path) -> dict[str, Path]:
     return out
 
 
-# transformers warns once per process when input_ids contain the pad token and no attention
-# mask is passed. lm-eval's HF backend pads loglikelihood batches on the right and reads the
-# logits of the real tokens only, which a causal model computes without looking right: the
-# warning says nothing about the scores, on every run. Generation passes a mask.
-_ATTENTION_MASK_WARNING = "We strongly recommend passing in an `attention_mask`"
 
 
-class _DropMessage(logging.Filter):
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self._prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self._prefix)
 
 
-@contextlib.contextmanager
-def _known_noise() -> Iterator[None]:
-    """Silence the two lines every evaluation printed that say nothing about it: transformers'
-    attention-mask warning (above) and git's "fatal: not a git repository" (lm-eval runs
-    ``git describe`` with our stderr when it records its own commit). Nothing else is hidden:
-    lm-eval's and transformers' other warnings and errors pass as before."""
-    import lm_eval.evaluator as evaluator
-
-    mask_log = logging.getLogger("transformers.modeling_utils")
-    drop = _DropMessage(_ATTENTION_MASK_WARNING)
-    mask_log.addFilter(drop)
-    saved = evaluator.get_git_commit_hash
-    evaluator.get_git_commit_hash = _git_commit_hash
-    try:
-        yield
-    finally:
-        evaluator.get_git_commit_hash = saved
-        mask_log.removeFilter(drop)
 
 
-def _git_commit_hash() -> str | None:
-    """lm_eval.loggers.utils.get_git_commit_hash with git's stderr captured, same result."""
-    from lm_eval.loggers.utils import get_commit_from_path
-
-    try:
-        out = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True,  # noqa: S607
-                             timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        out = None
-    if out is not None and out.returncode == 0:
-        return out.stdout.strip()
-    return get_commit_from_path(os.getcwd())
 
 
-class _CountEmpty(logging.Filter):
-    """Counts lm-eval's "API returned null content" warnings (an answer replaced by "")."""
 
-    count = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "API returned null content" in str(record.msg):
-            self.count += 1
-        return True
-
-
-@contextlib.contextmanager
-def _empty_answers() -> Iterator[_CountEmpty]:
-    counter = _CountEmpty()
-    logger = logging.getLogger("lm_eval.models.api_models")
-    logger.addFilter(counter)
-    try:
-        yield counter
-    finally:
-        logger.removeFilter(counter)
-
-
-@contextlib.contextmanager
-def _progress(backend: str, log: Log, t0: float) -> Iterator[progress_lines.Progress]:
-    """Rate-limited progress lines (progress.py) unless stderr is a terminal (lm-eval's bars);
-    either way the phases' requests and seconds are counted (``Progress.spent``)."""
-    from lm_eval.api.registry import get_model
-
-    quiet = sys.stderr.isatty()
-    reporter = progress_lines.Progress((lambda _line: None) if quiet else log, t0,
-                                       math.inf if quiet else progress_lines.interval_from_env())
-    with progress_lines.track(get_model(backend), reporter):
-        yield reporter
-
-
-# Warnings lm-eval gives for every task of a kind, that say nothing about this run.
-_NOISE = ("Custom kwargs can be passed", "SHOULD ONLY BE USED FOR TESTING")
-
-
-class _ProgressHandler(logging.Handler):
-    """Turns lm-eval's INFO chatter into short progress lines; passes warnings through."""
-
-    def __init__(self, log: Log, t0: float) -> None:
-        super().__init__(logging.INFO)
-        self._log, self._t0 = log, t0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            msg = record.getMessage()
-        except Exception:  # noqa: BLE001 - a logging bug must not kill the run
-            return
-        at = f"[{time.perf_counter() - self._t0:7.1f}s]"
-        if m := re.match(r"Building contexts for (\S+)", msg):
-            self._log(f"{at} {m.group(1)}: building prompts")
-        elif m := re.match(r"Running (\S+) requests", msg):
-            self._log(f"{at} running {m.group(1)} requests")
-        elif m := re.match(r"Cached requests: (\d+), Requests remaining: (\d+)", msg):
-            self._log(f"{at} request cache: {m.group(1)} answered from the cache, {m.group(2)} to run")
-        elif record.levelno >= logging.WARNING and not any(n in msg for n in _NOISE):
-            self._log(f"{at} lm-eval {record.levelname.lower()}: {msg.splitlines()[0] if msg else ''}")
-
-
-class _NoBars(io.TextIOBase):
-    """stderr without tqdm bars: lm-eval passes ``disable=False`` explicitly, so TQDM_DISABLE
-    cannot turn its bars off, and in a CI log every refresh is a new line."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner, self._dropped = inner, False
-
-    def write(self, text: str) -> int:
-        if text.startswith("\r") or (self._dropped and text == "\n"):
-            self._dropped = text.startswith("\r")
-            return len(text)
-        self._dropped = False
-        return self._inner.write(text)
-
-    def flush(self) -> None:
-        self._inner.flush()
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return self._inner.fileno()
-
-
-@contextlib.contextmanager
-def _quiet_output(log: Log, t0: float) -> Iterator[None]:
-    """lm-eval's log lines → short progress lines; no progress bars outside a terminal."""
-    logger = logging.getLogger("lm_eval")
-    handler = _ProgressHandler(log, t0)
-    saved = (logger.level, logger.propagate)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    logger.addHandler(handler)
-    stderr = sys.stderr
-    if not stderr.isatty():
-        sys.stderr = _NoBars(stderr)
-    try:
-        yield
-    finally:
-        sys.stderr = stderr
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
 
 
 # ----------------------------------------------------------------------------- manifest helpers
 
 
-def hash_model_files(folder: Path) -> dict[str, str]:
-    """{path relative to the checkpoint: sha256} of every file of the checkpoint folder: weights,
-    shard index, tokenizer, configs, remote code, adapters. Everything that can change an answer
-    is in the manifest and in the request cache's identity (a checkpoint that differs only in
-    ``model.safetensors.index.json`` answers differently)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            if name.startswith(".") or not path.is_file():
-                continue
-            out[path.relative_to(folder).as_posix()] = sha256_file(path)
-    if not any(name.endswith(WEIGHT_SUFFIXES) for name in out):
-        raise GateError(f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.gguf) in the model directory")
-    return out
-
-
-def task_files(suite: Suite, tm: Any, leaves: dict[str, tuple[Any, Any]]) -> dict[str, str]:
-    """The task code's identity (``suite.taskcode``): every file under the include_path (named
-    ``<its folder's name>/<path inside it>``, wherever the suite file is), the local data files
-    of ``dataset:`` overrides (relative to the suite's folder), and for lm-eval's bundled tasks
-    the files beside each task's YAML (its includes and ``utils.py``), under ``lm_eval/tasks/``."""
-    out: dict[str, str] = {}
-    suite_dir = Path(os.path.abspath(suite.path)).parent
-    if suite.include_path is not None:
-        out.update(taskcode.include_hashes(Path(suite.include_path)))
-    import lm_eval.tasks  # lazily, as everywhere in this module: lm-eval only where it runs
-
-    for spec in suite.tasks:  # the documents are what is measured too
-        for path in local_data_files(((spec.dataset or {}).get("kwargs") or {}).get("data_files")):
-            full = Path(os.path.normpath(suite_dir / path))
-            rel = os.path.relpath(full, suite_dir).replace(os.sep, "/")
-            out[rel] = taskcode.file_hash(full)
-    bundled = Path(lm_eval.tasks.__file__).parent
-    for name in sorted(leaves):
-        entry = tm.task_index.get(name)
-        yaml_path = Path(entry.yaml_path) if entry is not None and entry.yaml_path else None
-        if yaml_path is None or bundled not in yaml_path.parents:
-            continue
-        folder = yaml_path.parent
-        rel = folder.relative_to(bundled).as_posix()
-        for path in sorted(folder.iterdir()):
-            if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
-                out[f"lm_eval/tasks/{rel}/{path.name}"] = taskcode.file_hash(path)
-    return dict(sorted(out.items()))
 
 
 def _as_given(results_file: Path, given: dict[str, str]) -> None:
@@ -1167,45 +684,9 @@ def _redact_results(results_file: Path) -> None:
         write_json_atomic(results_file, clean)
 
 
-def sha256_file(path: Path) -> str:
-    try:
-        return layout.sha256_file(path)
-    except OSError as exc:
-        raise GateError(f"{path}: cannot read model file ({exc.strerror})") from None
 
-
-def run_file_digests(folder: Path, paths: Sequence[Path]) -> dict[str, str]:
-    """{name: sha256} of a run's results and samples files (the manifest's ``files``)."""
-    return {p.name: layout.sha256_file(folder / p.name) for p in sorted(paths)}
-
-
-def _hub_files(model: str, revision: str | None) -> dict[str, str]:
-    """Hashes of a hub model's files from the local HF cache, when lm-eval just loaded them."""
-    try:
-        from huggingface_hub import snapshot_download
-
-        folder = Path(snapshot_download(model, revision=revision, local_files_only=True))
-        return hash_model_files(folder)
-    except Exception:  # noqa: BLE001 - provenance is best effort for hub ids
-        return {}
 
 
 def _sanitize_model_name(model: str) -> str:
     # lm_eval.utils.sanitize_model_name, which EvaluationTracker uses for the run folder.
     return re.sub(r"[\"<>:/|\\?*\[\]]+", "__", model)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

@@ -1,0 +1,191 @@
+"""lm-eval's tasks as a suite names them: built, with the suite's overrides, and described.
+
+- ``task_manager`` / ``load_tasks``: the suite's tasks built by lm-eval (its include_path first,
+  the bundled index only where needed), every leaf with the suite's n-shot, repeats and
+  generation settings, a task's ``dataset:`` override in place of its YAML's (``_with_dataset``);
+- ``task_plan``: what the built tasks will produce (names, aggregations, versions, items), for the
+  suite's name checks and the baseline's pre-run checks;
+- ``task_files``: the task code's identity (``suite/taskcode.py``), hashed into the manifest;
+- ``group_aggregations``: every group's leaves and aggregation (results.json does not record it);
+- ``rendered``: a task's first requests as lm-eval builds them (``gate --dry-run``).
+
+lm-eval is imported lazily, here as everywhere in run/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gatekeeper.errors import GateError
+from gatekeeper.results import taskindex
+from gatekeeper.run.taskdata import data_files_beside_yaml
+from gatekeeper.suite import taskcode
+from gatekeeper.suite.names import Produced, RunPlan
+from gatekeeper.suite.suite import Suite, local_data_files
+from gatekeeper.text import one_line
+
+
+def task_manager(suite: Suite, model_args: dict[str, Any]) -> Any:
+    # The CLI merges model_args into task metadata; do the same so configs match CLI output.
+    where = {t.name: t.where or str(suite.path) for t in suite.tasks}
+    return taskindex.task_manager(where, suite.include_path, suite.task_names, dict(model_args))
+
+
+def load_tasks(suite: Suite, tm: Any) -> tuple[list[Any], dict[str, tuple[Any, Any]], dict[str, list[str]]]:
+    """Top-level Task/Group objects for simple_evaluate, with the suite's per-task overrides
+    applied to every leaf; also {leaf name: (task object, suite TaskSpec)} and
+    {group: direct children} (what lm-eval writes as ``group_subtasks``)."""
+    top: list[Any] = []
+    leaves: dict[str, tuple[Any, Any]] = {}
+    groups: dict[str, list[str]] = {}
+    for spec in suite.tasks:
+        try:
+            with data_files_beside_yaml(tm, suite.include_path, _suite_datasets(suite)):
+                loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
+        except GateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from YAML, datasets, jinja
+            raise GateError(f"{suite.path}: task {spec.name!r} failed to load: {one_line(exc)}") from None
+        if spec.name in loaded["groups"]:
+            top.append(loaded["groups"][spec.name])
+        elif spec.name in loaded["tasks"]:
+            top.append(loaded["tasks"][spec.name])
+        else:  # a tag: its tasks
+            top.extend(loaded["tasks"].values())
+        for name, task in loaded["tasks"].items():
+            if name in leaves:
+                raise GateError(f"{suite.path}: task {name!r} is part of {spec.name!r} and of another suite task")
+            _apply_overrides(task, spec)
+            leaves[name] = (task, spec)
+        groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
+    return top, leaves, groups
+
+
+def _suite_datasets(suite: Suite) -> dict[str, Path]:
+    """{task: folder its ``dataset:`` data files are relative to} (the suite's folder)."""
+    folder = Path(os.path.abspath(Path(suite.path).parent))
+    return {t.name: folder for t in suite.tasks if t.dataset is not None}
+
+
+def _with_dataset(tm: Any, spec: Any, suite: Suite) -> dict[str, Any]:
+    """The task's own config (its YAML with includes and ``!function``s resolved, as lm-eval
+    builds it) with the suite's ``dataset`` in place of the YAML's: lm-eval 0.4.13 takes such a
+    dict as an inline task. Only a task, not a group or tag, has one dataset."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = tm.task_index.get(spec.name)
+    if entry is None or entry.yaml_path is None or entry.kind.name != "TASK":
+        what = entry.kind.name.lower() if entry is not None else "unknown task"
+        raise GateError(f"{suite.path}: tasks {spec.name}: dataset applies to one task defined by a YAML, and "
+                        f"{spec.name!r} is a {what}; set it on each of its tasks")
+    cfg = dict(load_yaml(entry.yaml_path, resolve_func=True))
+    cfg.pop("custom_dataset", None)
+    cfg.update(dataset_path=spec.dataset["path"], dataset_name=spec.dataset.get("name"),
+               dataset_kwargs=dict(spec.dataset.get("kwargs") or {}))
+    return cfg
+
+
+def task_plan(leaves: dict[str, tuple[Any, Any]], groups: dict[str, list[str]], cli_limit: Any) -> RunPlan:
+    """What the built tasks will produce, as ``names`` and the gate's pre-run checks need it."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    outputs, versions, n_shot, n_samples = {}, {}, {}, {}
+    for name, (task, spec) in leaves.items():
+        filters = [f.name for f in getattr(task, "_filters", [])] or ["none"]
+        outputs[name] = {(f, metric): _aggregation_name(task, metric, agg)
+                         for metric, agg in task.aggregation().items() for f in filters}
+        versions[name] = task.VERSION
+        n_shot[name] = task.get_config("num_fewshot") or 0
+        original = len(task.eval_docs)
+        lim = cli_limit if cli_limit is not None else spec.limit
+        effective = original if lim is None else min(get_sample_size(task, lim), original)
+        n_samples[name] = {"original": original, "effective": effective}
+    return RunPlan(Produced(outputs, groups), versions, n_shot, n_samples)
+
+
+def _aggregation_name(task: Any, metric: str, agg: Any) -> str:
+    """The registered name of a metric's aggregation, as results/reader.py will read it back."""
+    from lm_eval.api.registry import AGGREGATION_REGISTRY
+
+    for item in task.config.metric_list or []:
+        if isinstance(item, dict) and item.get("metric") == metric and isinstance(item.get("aggregation"), str):
+            return item["aggregation"]
+    for name, fn in AGGREGATION_REGISTRY.items():
+        if fn is agg:
+            return name
+    return f"!function {getattr(agg, '__name__', type(agg).__name__)}"
+
+
+def _apply_overrides(task: Any, spec: Any) -> None:
+    if spec.num_fewshot is not None:
+        task.set_config(key="num_fewshot", value=spec.num_fewshot)
+    if spec.repeats is not None:
+        task.set_config(key="repeats", value=spec.repeats)
+    if spec.gen_kwargs and task.get_config("output_type") == "generate_until":
+        task.set_config(key="generation_kwargs", value=dict(spec.gen_kwargs), update=True)
+
+
+def task_files(suite: Suite, tm: Any, leaves: dict[str, tuple[Any, Any]]) -> dict[str, str]:
+    """The task code's identity (``suite.taskcode``): every file under the include_path (named
+    ``<its folder's name>/<path inside it>``, wherever the suite file is), the local data files
+    of ``dataset:`` overrides (relative to the suite's folder), and for lm-eval's bundled tasks
+    the files beside each task's YAML (its includes and ``utils.py``), under ``lm_eval/tasks/``."""
+    out: dict[str, str] = {}
+    suite_dir = Path(os.path.abspath(suite.path)).parent
+    if suite.include_path is not None:
+        out.update(taskcode.include_hashes(Path(suite.include_path)))
+    import lm_eval.tasks  # lazily, as everywhere in this module: lm-eval only where it runs
+
+    for spec in suite.tasks:  # the documents are what is measured too
+        for path in local_data_files(((spec.dataset or {}).get("kwargs") or {}).get("data_files")):
+            full = Path(os.path.normpath(suite_dir / path))
+            rel = os.path.relpath(full, suite_dir).replace(os.sep, "/")
+            out[rel] = taskcode.file_hash(full)
+    bundled = Path(lm_eval.tasks.__file__).parent
+    for name in sorted(leaves):
+        entry = tm.task_index.get(name)
+        yaml_path = Path(entry.yaml_path) if entry is not None and entry.yaml_path else None
+        if yaml_path is None or bundled not in yaml_path.parents:
+            continue
+        folder = yaml_path.parent
+        rel = folder.relative_to(bundled).as_posix()
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
+                out[f"lm_eval/tasks/{rel}/{path.name}"] = taskcode.file_hash(path)
+    return dict(sorted(out.items()))
+
+
+def group_aggregations(top: list) -> dict[str, Any]:
+    """{group: {"leaves": [...], "aggregate": [{metric, filter_list, weight_by_size, aggregation}]}}
+    for every group (nested too), as lm-eval's ``Group.aggregate`` will use them."""
+    out: dict[str, Any] = {}
+    groups = [g for g in top if hasattr(g, "get_all_groups")]
+    for group in groups + [sub for g in groups for sub in g.get_all_groups()]:
+        out[group.name] = {
+            "leaves": [t.task_name for t in group.get_all_tasks()],
+            "aggregate": [
+                {"metric": a.metric, "filter_list": a.filter_list, "weight_by_size": bool(a.weight_by_size),
+                 "aggregation": a.aggregation if isinstance(a.aggregation, str)
+                 else f"!function {getattr(a.aggregation, '__name__', '?')}"}
+                for a in group.aggregate_metric_list or []
+            ],
+        }
+    return out
+
+
+def rendered(task: Any, examples: int) -> list[tuple[str, str]]:
+    """The first ``examples`` documents' requests as lm-eval builds them (few-shot included)."""
+    try:
+        task.build_all_requests(limit=examples, rank=0, world_size=1)
+    except Exception as exc:  # noqa: BLE001 - a template that does not render is the user's to see
+        raise GateError(f"task {task.config.task}: its prompts do not render: {one_line(exc)}") from None
+    by_doc: dict[int, tuple[str, list[str]]] = {}
+    for inst in task.instances:  # a multiple-choice document has one request per choice
+        context = str(inst.args[0]) if inst.args else ""
+        choices = by_doc.setdefault(inst.doc_id, (context, []))[1]
+        if len(inst.args) > 1 and isinstance(inst.args[1], str):
+            choices.append(inst.args[1].strip())
+    task._instances = None  # lm-eval builds them again for a real run
+    return [(context, " | ".join(choices)) for _, (context, choices) in sorted(by_doc.items())][:examples]
