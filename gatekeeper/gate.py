@@ -663,6 +663,7 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
     ``log`` says what got worse and the history records each row's verdict."""
     results = _run_for(run_dir, suite)
     current = Path(path) if path is not None else suite.baseline_path
+    store.check_target(current, suite, inside=path is None)  # never read through a planted link either
     if log is not None:  # new data on purpose: say which dataset moved, and where from
         moved = pins.describe_moves(baseline_lock(current, suite),
                                     pins.check_lock((results.provenance.manifest or {}).get("datasets"), str(run_dir)))

@@ -106,10 +106,23 @@ ran_as() {  # ran_as RUN_DIR: "<device> <dtype>" from the run's manifest, or not
   done
 }
 
+suite_for() {  # suite_for DTYPE: the demo suite in that dtype. A suite pins its dtype, and compare refuses
+  # a run made with another (`--dtype` is an override): examples/gatekeeper.yaml for its own dtype, else a
+  # copy under $out with the dtype and an absolute include_path (the same tasks)
+  local own
+  own=$(sed -n 's/^  dtype: *//p' "$SUITE")
+  if [ "$1" = "$own" ]; then echo "$SUITE"; return; fi
+  mkdir -p "$out/suites"
+  sed -e "s|^include_path: .*|include_path: $ROOT/examples/tasks|" -e "s|^  dtype: .*|  dtype: $1|" "$SUITE" \
+    >"$out/suites/$1.yaml"
+  echo "$out/suites/$1.yaml"
+}
+
 echo "== verdicts on $device ($dtypes), outputs in $out"
 for dt in $dtypes; do
+  dt_suite=$(suite_for "$dt")
   for ckpt in base harmless regressed; do
-    check "run $ckpt $dt" 0 "$PY" -m gatekeeper run --suite "$SUITE" --model "examples/checkpoints/$ckpt" \
+    check "run $ckpt $dt" 0 "$PY" -m gatekeeper run --suite "$dt_suite" --model "examples/checkpoints/$ckpt" \
       --dtype "$dt" --device "$gk_device" --out "$out/$dt/$ckpt"
   done
   for ckpt in base harmless regressed; do  # no silent fallback to the CPU or another dtype
@@ -118,8 +131,8 @@ for dt in $dtypes; do
     if [[ $got == "$device"*" $dt" ]]; then echo "ok    $ckpt $dt ran as: $got"
     else echo "FAIL  $ckpt $dt ran as '${got:-no manifest found}', expected $device $dt"; failures=$((failures + 1)); fi
   done
-  check "harmless vs base, $dt: pass" 0 "$PY" -m gatekeeper compare "$out/$dt/base" "$out/$dt/harmless" --suite "$SUITE"
-  check "regressed vs base, $dt: regression" 1 "$PY" -m gatekeeper compare "$out/$dt/base" "$out/$dt/regressed" --suite "$SUITE"
+  check "harmless vs base, $dt: pass" 0 "$PY" -m gatekeeper compare "$out/$dt/base" "$out/$dt/harmless" --suite "$dt_suite"
+  check "regressed vs base, $dt: regression" 1 "$PY" -m gatekeeper compare "$out/$dt/base" "$out/$dt/regressed" --suite "$dt_suite"
   if [ "$dt" = float32 ]; then
     check "harmless vs stored CPU baseline: pass" 0 "$PY" -m gatekeeper compare "$STORED" "$out/$dt/harmless" --suite "$SUITE"
     check "regressed vs stored CPU baseline: regression" 1 "$PY" -m gatekeeper compare "$STORED" "$out/$dt/regressed" --suite "$SUITE"

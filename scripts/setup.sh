@@ -12,6 +12,11 @@
 # CPU build is installed first: from a local wheel where pip's configuration has one (no
 # network), else from PyTorch's CPU index when it answers within 5 s, else PyPI's (said so).
 # GATEKEEPER_TORCH=cuda takes PyPI's build on purpose (a GPU runner outside the container).
+#
+# The locked stack: every package requirements/runtime.txt pins (transformers, datasets, lm-eval,
+# numpy, ...: what the action's image installs, and what the demo's baseline was recorded with)
+# is installed at that version (pip's --constraint, from the file's name==version lines); the dev
+# extras' own tools (pytest, ruff, ...) are resolved around them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=${1:?usage: scripts/setup.sh EXTRAS}
@@ -24,7 +29,7 @@ cpu_index=${GATEKEEPER_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 mkdir -p .venv/logs
 if [ -f "$log" ] && [ "$(wc -c <"$log")" -gt 5000000 ]; then mv -f "$log" "$log.1"; fi
 
-state=$( { cat pyproject.toml scripts/setup.sh; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)
+state=$( { cat pyproject.toml scripts/setup.sh requirements/runtime.txt; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)
 
 # Skip when a previous install with the same state covered these extras and still imports.
 if [ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$state" ]; then
@@ -73,8 +78,12 @@ if [[ ",$extras," == *",eval,"* ]] && [[ "$(torch_version)" != 2.13.0* ]]; then
   fi
 fi
 
-echo "== setup: .venv with gatekeeper[$extras] from this checkout (pip's log: $log)"
-pip_step install --no-compile -e ".[$extras]" || fail "pip install -e '.[$extras]'"
+echo "== setup: .venv with gatekeeper[$extras] from this checkout, the locked versions of requirements/runtime.txt (pip's log: $log)"
+constraints=.venv/constraints.txt
+# pyarrow stays free: the dev extra's MLflow server (the test of --mlflow) needs pyarrow<26, and
+# pyarrow holds the data, never a score.
+grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==[^ ;\\]+' requirements/runtime.txt | grep -v '^pyarrow==' >"$constraints"
+pip_step install --no-compile --constraint "$constraints" -e ".[$extras]" || fail "pip install -e '.[$extras]' (constrained by requirements/runtime.txt)"
 # No bytecode is compiled here (--no-compile): of the ~20,000 files pip installs, a gate run imports
 # ~3,700, and Python writes their bytecode on first import (measured on 2 cores: compiling all of them
 # took 47 s of an 88-s set-up; the first demo run's imports compile in ~15 s of CPU, once).

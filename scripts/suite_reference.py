@@ -105,6 +105,23 @@ folder (plain lm-eval reads them against the working directory), and must lie in
 `include_path`; a task's `dataset:` in the suite reads relative paths against the suite file's
 folder. On a pull request, the suite, the include_path tree, these data files and the baseline all
 come from the base commit: the checkout supplies only the model.
+
+## What is pinned and how to move a pin
+
+A gate compares two measurements only when everything but the model is the same. Each of these
+is recorded with the run (`gatekeeper-manifest.json`, kept in the baseline) and checked:
+
+| pinned | where it is recorded | a difference | to move it on purpose |
+|---|---|---|---|
+| lm-eval version | the suite's `lm_eval_version` | exit 2 before the model loads | install the new version, set `lm_eval_version`, then `gatekeeper run ...` and `gatekeeper baseline promote RUN_DIR --suite FILE` |
+| task code | `task_files`: sha256 of every file under `include_path`, of a bundled task's folder, of `dataset:` files | exit 2 naming each edited file | edit, run, promote |
+| hub dataset revisions | `datasets`: each hub dataset a task loads, resolved to its commit sha | none: later runs and gates read the baseline's commit, whatever the hub's `main` says now; a commit the hub (or, offline, the cache) no longer has is exit 2 naming the dataset, the commit and this fix | `gatekeeper run --suite FILE --model M --out DIR --new-data` (every dataset at its current head), then `gatekeeper baseline promote DIR/... --suite FILE`: promote prints `dataset X: revision a1b2c3d → d4e5f6a` and drops the anchor (other items) |
+| a revision you choose | `dataset_kwargs: {revision: SHA}` in a task YAML, or `dataset: {path: ..., kwargs: {revision: "SHA"}}` in the suite (a string: quote an all-digit one) | must resolve to the baseline's commit, else exit 2 | change the pin and re-record as above |
+| model revision | `--revision` (hub ids), and the sha256 of every file of a local checkpoint (`model_files`) | a context line: the model is what is judged | a new checkpoint is a new candidate |
+| library versions | `package_versions` (torch, transformers, datasets, ...); the action's image installs `requirements/runtime.txt` (hashed), and `scripts/setup.sh` installs the same versions | a context line naming each version that differs | `bash requirements/compile.sh`, rebuild, re-record |
+
+Bundled tasks (`mmlu`, `hellaswag`, `arc_*`) are pinned the same way: no YAML of your own needed.
+`gate --dry-run` resolves every hub dataset and says whether it is at the baseline's commit.
 """
 
 SECTIONS = [

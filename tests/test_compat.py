@@ -9,10 +9,12 @@ import json
 import numpy as np
 import pytest
 
+from gatekeeper.compare.compare import compare_runs
 from gatekeeper.compare.compat import Difference, check_compatible, pair_series
 from gatekeeper.errors import GateError
 from gatekeeper.model import MetricSeries, SeriesKey
 from gatekeeper.results.reader import load_run
+from gatekeeper.suite.policy import Policy
 from tests.lmeval_fixtures import *  # noqa: F403 - session fixtures
 from tests.lmeval_fixtures import edit_results, edit_samples
 
@@ -28,6 +30,10 @@ def good(lmeval_runs):
 @pytest.fixture(scope="module")
 def bad(lmeval_runs):
     return load_run(lmeval_runs["bad"])
+
+
+CHANGED_FIX = ("fix: evaluate the baseline's data and tasks (a pull request's run uses the base commit's), or "
+               "record a new baseline on purpose (gatekeeper run --new-data ..., then gatekeeper baseline promote RUN_DIR)")
 
 
 def _errors(diffs: list[Difference]) -> list[str]:
@@ -106,9 +112,10 @@ def test_item_hash_mismatch_from_an_edited_prompt(good_copy, good):
         good_copy, lambda d: d["task_hashes"].update(arith_mc=hashlib.sha256(joined.encode()).hexdigest())
     )
     cand = load_run(good_copy)
-    assert _errors(check_compatible(good, cand)) == [
-        "task_hashes differ for arith_mc (the items, prompts or targets changed)"
-    ]
+    (message,) = _errors(check_compatible(good, cand))
+    assert message.startswith("task arith_mc: its items changed since the baseline (1 of ")
+    assert "items differ in their prompt hash, the first doc_id 17); likely cause: the prompts or targets arith_mc " \
+        "builds from the same documents" in message and message.endswith(CHANGED_FIX)
     with pytest.raises(GateError, match=r"^task arith_mc doc_id 17: prompt hash differs$"):
         pair_series(good.series[MC], cand.series[MC], where="task arith_mc")
 
@@ -209,7 +216,8 @@ def test_run_level_errors(good, bad):
     p.n_samples["capitals_mc"] = {"original": 12, "effective": 10}
     p.task_hashes["synth_ppl"] = "0" * 64
     assert _errors(check_compatible(good, cand)) == [
-        "task_hashes differ for synth_ppl (the items, prompts or targets changed)",
+        "task synth_ppl: its items changed since the baseline (every item's hashes agree; lm-eval's task hash "
+        "differs); likely cause: lm-eval 0.4.13 in the baseline, 0.4.14 in the candidate; " + CHANGED_FIX,
         "limit unset in baseline, 10 in candidate",
         "task capitals_mc: 12 items (n-samples effective) in baseline, 10 in candidate",
         "lm-eval version 0.4.13 in baseline, 0.4.14 in candidate",
@@ -291,3 +299,24 @@ def test_short_task_hashes_are_an_error(good):
     base, cand = copy.deepcopy(good), copy.deepcopy(good)
     base.provenance.task_hashes = {t: h[:1] for t, h in base.provenance.task_hashes.items()}
     assert any("task_hashes too short" in m for m in _errors(check_compatible(base, cand)))
+
+
+def test_changed_items_are_one_message_naming_the_task_the_items_the_cause_and_the_fix() -> None:
+    """Issue #36: a hub dataset edited since the baseline; said once, with what changed and why."""
+    from tests.synthetic import run, series
+
+    base = run(series("qa", "acc", np.ones(50)))
+    cand = copy.deepcopy(base)
+    for doc in (7, 9):
+        cand.series[next(iter(cand.series))].hashes[doc][0] = "f" * 16
+    base.provenance.task_hashes, cand.provenance.task_hashes = {"qa": "a" * 64}, {"qa": "b" * 64}
+    base.provenance.manifest = {"datasets": {"org/qa": "1" * 40}}
+    cand.provenance.manifest = {"datasets": {"org/qa": "2" * 40}}
+    diffs = check_compatible(base, cand)
+    assert _errors(diffs) == [
+        "task qa: its items changed since the baseline (2 of 50 items differ in their doc hash, the first doc_id 7); "
+        "likely cause: dataset org/qa at revision 1111111 in the baseline, 2222222 in the candidate; " + CHANGED_FIX]
+    assert "dataset org/qa: revision 1111111 in baseline, 2222222 in candidate" in [d.message for d in diffs]
+    with pytest.raises(GateError) as err:
+        compare_runs(base, cand, Policy())
+    assert str(err.value).count("its items changed") == 1 and "; all:" not in str(err.value)

@@ -20,6 +20,7 @@ recorded changes nothing either: the baseline's commit is evaluated (online and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -250,8 +251,17 @@ def test_a_hub_dataset_that_moves_after_the_baseline_changes_nothing(world):
                          capture_output=True, text=True, timeout=600)
     assert new.returncode == 0, new.stderr[-3000:]
     (run_dir,) = [p for p in (ws.parent / "new-data").iterdir() if p.is_dir()]
+    shown = subprocess.run([CONSOLE, "compare", str(run_dir), str(run_dir), "--suite", "gatekeeper.yaml",
+                            "--markdown", str(ws.parent / "same.md")], cwd=ws, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-2000:]
+    (row,) = [ln for ln in (ws.parent / "same.md").read_text().splitlines() if ln.startswith("| hub datasets |")]
+    assert row.count(moved[:7]) == 2 and "capitals" in row, row
     manifest = json.loads((run_dir / "gatekeeper-manifest.json").read_text())
     assert manifest["datasets"] == {"gk-test/capitals": moved}
+    # The hub tokenizer's files, as the HF cache holds them, are part of the provenance.
+    tokenizer = (EXAMPLES / "checkpoints/base/tokenizer.json").read_bytes()
+    assert manifest["tokenizer_files"]["tokenizer.json"] == hashlib.sha256(tokenizer).hexdigest()
     promoted = subprocess.run([CONSOLE, "baseline", "promote", str(run_dir), "--suite", "gatekeeper.yaml"],
                               cwd=ws, env=env, capture_output=True, text=True, timeout=300)
     assert promoted.returncode == 0, promoted.stderr[-3000:]

@@ -210,7 +210,8 @@ def _comparable(baseline: RunResults, candidate: RunResults, what: str) -> list:
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         fix = "; pin a new anchor (gatekeeper baseline pin --current --reason ...)" if "anchor" in what else ""
-        raise GateError(f"{what} are not comparable: {errors[0]}{more}{fix}; all: " + "; ".join(errors))
+        rest = ("; all: " + "; ".join(errors)) if len(errors) > 1 else ""
+        raise GateError(f"{what} are not comparable: {errors[0]}{more}{fix}{rest}")
     return differences
 
 

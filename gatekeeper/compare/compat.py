@@ -57,7 +57,7 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
 
     errors += _task_set(b_tasks, c_tasks)
     errors += _metric_set(baseline, candidate, set(common))
-    errors += _task_hashes(b, c, common)
+    errors += _task_hashes(b, c, common, baseline, candidate)
     errors += _per_task(
         "version", b.task_versions, c.task_versions, sorted(set(b.task_versions) & set(c.task_versions))
     )
@@ -97,6 +97,8 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
     if _differs(b.date, c.date):
         context.append(f"date: {_fmt(_date(b.date))} in baseline, {_fmt(_date(c.date))} in candidate")
     context += _manifest(b.manifest, c.manifest)
+    context += [f"dataset {name}: revision {bs[:7]} in baseline, {cs[:7]} in candidate"
+                for name, bs, cs in _dataset_moves(b.manifest or {}, c.manifest or {})]
     return [Difference("error", m) for m in errors] + [Difference("context", m) for m in context]
 
 
@@ -388,7 +390,8 @@ def _metric_set(baseline: RunResults, candidate: RunResults, common: set[str]) -
     return out
 
 
-def _task_hashes(b: Provenance, c: Provenance, common: list[str]) -> list[str]:
+def _task_hashes(b: Provenance, c: Provenance, common: list[str], baseline: RunResults | None = None,
+                 candidate: RunResults | None = None) -> list[str]:
     out = []
     changed = [
         t
@@ -397,8 +400,14 @@ def _task_hashes(b: Provenance, c: Provenance, common: list[str]) -> list[str]:
         and c.task_hashes.get(t)
         and not _same_prefix(b.task_hashes[t], c.task_hashes[t])
     ]
-    if changed:
-        out.append(f"task_hashes differ for {_names(changed)} (the items, prompts or targets changed)")
+    for task in changed[:3]:
+        what, kinds = _item_changes(baseline, candidate, task)
+        out.append(f"task {task}: its items changed since the baseline ({what}); "
+                   f"likely cause: {_likely_cause(b, c, task, kinds)}; fix: evaluate the baseline's data and tasks "
+                   "(a pull request's run uses the base commit's), or record a new baseline on purpose "
+                   "(gatekeeper run --new-data ..., then gatekeeper baseline promote RUN_DIR)")
+    if len(changed) > 3:
+        out.append(f"task_hashes differ for {_names(changed[3:])} too (the items, prompts or targets changed)")
     # A prefix of a few characters matches by chance: compared hashes need 16 hex digits each
     # (what the baseline store keeps). The readers refuse shorter ones; this guards hand-built runs.
     short = [
@@ -581,6 +590,60 @@ def _canon(value: Any) -> str:
 
 def _differs(a: Any, b: Any) -> bool:
     return _canon(a) != _canon(b)
+
+
+def _item_changes(baseline: RunResults | None, candidate: RunResults | None, task: str) -> tuple[str, set[str]]:
+    """('N of M items differ in their doc hash, the first doc_id D', the hashes that differ) for
+    one of the task's series."""
+    keys = sorted((k for k in (baseline.series if baseline else {}) if k.task == task
+                   and candidate is not None and k in candidate.series), key=str)
+    if not keys:
+        return "lm-eval's task hash differs", set()
+    b, c = baseline.series[keys[0]], candidate.series[keys[0]]
+    b_rows = {int(d): h for d, h in zip(b.doc_ids, np.asarray(b.hashes, dtype=str).reshape(-1, 3), strict=True)}
+    c_rows = {int(d): h for d, h in zip(c.doc_ids, np.asarray(c.hashes, dtype=str).reshape(-1, 3), strict=True)}
+    kinds: set[str] = set()
+    differ = []
+    for doc in sorted(set(b_rows) | set(c_rows)):
+        if doc not in b_rows or doc not in c_rows:
+            found = {"doc_id"}
+        else:
+            found = {name for name, x, y in zip(("doc", "prompt", "target"), b_rows[doc], c_rows[doc], strict=True)
+                     if not _same_prefix(x, y)}
+        if found:
+            differ.append(doc)
+            kinds |= found
+    if not differ:
+        return "every item's hashes agree; lm-eval's task hash differs", kinds
+    return (f"{len(differ)} of {len(set(b_rows) | set(c_rows))} items differ in their "
+            f"{'/'.join(k for k in ('doc_id', 'doc', 'prompt', 'target') if k in kinds)} hash, the first doc_id "
+            f"{differ[0]}"), kinds
+
+
+def _likely_cause(b: Provenance, c: Provenance, task: str, kinds: set[str]) -> str:
+    """The recorded difference that explains changed items, most specific first."""
+    moved = [f"dataset {name} at revision {bs[:7]} in the baseline, {cs[:7]} in the candidate"
+             for name, bs, cs in _dataset_moves(b.manifest or {}, c.manifest or {})]
+    if moved:
+        return "; ".join(moved)
+    changed = taskcode.changed_paths((b.manifest or {}).get("task_files") or {}, (c.manifest or {}).get("task_files") or {}) \
+        if (b.manifest or {}).get("task_files") and (c.manifest or {}).get("task_files") else []
+    if changed:
+        return taskcode.describe_changes(changed)
+    if b.lm_eval_version != c.lm_eval_version:
+        return f"lm-eval {b.lm_eval_version} in the baseline, {c.lm_eval_version} in the candidate"
+    if kinds and not kinds & {"doc", "doc_id"}:
+        return (f"the prompts or targets {task} builds from the same documents (its YAML's templates, a "
+                "!function helper, the few-shot settings or the chat template)")
+    return (f"the documents of {task} changed (a hub dataset without a recorded revision, a local data file, or "
+            "the task's YAML)")
+
+
+def _dataset_moves(b: dict[str, Any], c: dict[str, Any]) -> list[tuple[str, str, str]]:
+    bd, cd = b.get("datasets"), c.get("datasets")
+    if not (isinstance(bd, dict) and isinstance(cd, dict)):
+        return []
+    return [(name, str(bd[name]), str(cd[name])) for name in sorted(set(bd) & set(cd)) if bd[name] != cd[name]]
 
 
 def _same_prefix(a: str, b: str) -> bool:

@@ -207,6 +207,10 @@ def _provenance_md(outcome: Outcome) -> str:
         ("lm-eval", b.lm_eval_version, c.lm_eval_version),
         ("suite hash", (b.suite_hash or "")[:12] or None, (c.suite_hash or "")[:12] or None),
     ]
+    locked = [(p.manifest or {}).get("datasets") for p in (b, c)]
+    if any(isinstance(d, dict) and d for d in locked):  # the hub datasets' commits (run/pins.py)
+        rows.append(("hub datasets", *(", ".join(f"{k}@{str(v)[:7]}" for k, v in sorted(d.items()))
+                                       if isinstance(d, dict) and d else None for d in locked)))
     lines = ["| | baseline | candidate |", "|---|---|---|"]
     for name, x, y in rows:
         lines.append(f"| {name} | {escape_untrusted(str(x), 80)} | {escape_untrusted(str(y), 80)} |")

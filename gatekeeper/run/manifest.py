@@ -83,6 +83,8 @@ class RunManifest:
     # The commit sha of every hub dataset the tasks loaded (run/pins.py): the baseline keeps it as
     # the lock later gates evaluate at.
     datasets: dict[str, str] = field(default_factory=dict)
+    # sha256 of the files of a tokenizer the suite names apart from the model (model.tokenizer).
+    tokenizer_files: dict[str, str] = field(default_factory=dict)
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -92,17 +94,40 @@ def hash_model_files(folder: Path) -> dict[str, str]:
     shard index, tokenizer, configs, remote code, adapters. Everything that can change an answer
     is in the manifest and in the request cache's identity (a checkpoint that differs only in
     ``model.safetensors.index.json`` answers differently)."""
+    out = _hash_folder(folder)
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in out):
+        raise GateError(f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.gguf) in the model directory")
+    return out
+
+
+def _hash_folder(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     out = {}
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if name.startswith(".") or not path.is_file():
+            if name.startswith(".") or not path.is_file() or (skip and name.endswith(skip)):
                 continue
             out[path.relative_to(folder).as_posix()] = sha256_file(path)
-    if not any(name.endswith(WEIGHT_SUFFIXES) for name in out):
-        raise GateError(f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.gguf) in the model directory")
     return out
+
+
+def tokenizer_files(tokenizer: str | None, revision: str | None = None) -> dict[str, str]:
+    """{file: sha256} of a tokenizer the suite names apart from the model: a folder (``./tok``,
+    already absolute here) or a hub id, read from the HF cache it was just loaded from (never a
+    folder of that name in the working folder: the evaluation is sealed). Weights are left out:
+    a tokenizer named by a model repository shares its folder."""
+    if not tokenizer:
+        return {}
+    try:
+        if os.path.isabs(tokenizer):
+            return _hash_folder(Path(tokenizer), WEIGHT_SUFFIXES)
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(tokenizer, revision=revision, local_files_only=True))
+        return _hash_folder(folder, WEIGHT_SUFFIXES)
+    except Exception:  # noqa: BLE001 - provenance: what the cache holds, else nothing
+        return {}
 
 
 def sha256_file(path: Path) -> str:

@@ -49,6 +49,7 @@ from gatekeeper.run.manifest import (
     hash_model_files,
     hub_files,
     run_file_digests,
+    tokenizer_files,
     utc_now,
     version,
 )
@@ -252,6 +253,7 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
             task_files=plan.task_files,
             suite_hashed=suite.hashed,
             datasets=dict(sorted(pins.used.items())),
+            tokenizer_files=tokenizer_files(_tokenizer(settings)),
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:
@@ -651,6 +653,12 @@ def _samples_files(produced: Path, results_file: Path) -> dict[str, Path]:
 # ----------------------------------------------------------------------------- manifest helpers
 
 
+
+
+def _tokenizer(s: _Settings) -> str | None:
+    """The tokenizer the suite names apart from the model (hf and vLLM backends), if any."""
+    value = None if s.backend.served else s.backend.args.get("tokenizer")
+    return value if isinstance(value, str) and value else None
 
 
 def _as_given(results_file: Path, given: dict[str, str]) -> None:
