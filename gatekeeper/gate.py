@@ -36,6 +36,7 @@ from gatekeeper.compare import plan as plans
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
+    check_items_before,
     check_repeats,
     check_run_matches_suite,
     check_suite_hash,
@@ -162,6 +163,7 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
     lock = dataset_lock(stored)
     checked = runner.dry_run(suite, model, revision=revision, device=device, log=log, preflight=preflight,
                              examples=examples, lock=lock)
+    items_checked = check_items_before(stored, checked.hashes) if stored is not None else 0
     total = sum(checked.items.values())
     lines = [f"dry run of suite {suite.name} on {model}: every check passed, nothing evaluated",
              f"lm-eval {checked.lm_eval_version}, backend {checked.backend}, device {checked.device}",
@@ -171,6 +173,9 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
              f"items: {total:,} in {len(checked.items)} tasks ("
              + ", ".join(f"{t} {n:,}" for t, n in checked.items.items()) + ")",
              "time: " + _time_estimate(stored, total)]
+    if items_checked:
+        lines.append(f"baseline items: all {items_checked:,} match the documents and targets built now (prompts are "
+                     "compared after the evaluation)")
     if checked.datasets:
         lines.append("hub datasets: " + ", ".join(
             f"{name} at {sha[:7]}" + (" (the baseline's)" if lock.get(name) == sha else " (the hub's head: new to the baseline)")

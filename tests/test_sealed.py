@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,8 +32,10 @@ from pathlib import Path
 
 import pytest
 
+from gatekeeper.baseline import store
 from gatekeeper.errors import GateError
 from gatekeeper.run import sealed
+from gatekeeper.suite.suite import load_suite
 from tests.demo_runs import lm_eval_installed
 from tests.hub_server import Hub
 from tests.test_action_events import BASE, act_subprocess, commit, git, pr_event
@@ -274,6 +277,30 @@ def test_a_hub_dataset_that_moves_after_the_baseline_changes_nothing(world):
     (line,) = [ln for ln in gone.stderr.splitlines() if "error" in ln]
     assert f"dataset gk-test/capitals: the hub ({hub.url}) has no revision '{moved}'" in line
     assert "gatekeeper run --new-data" in line and "Traceback" not in gone.stderr
+
+
+@pytest.mark.lmeval
+@needs_lm_eval
+def test_the_dry_run_finds_items_changed_under_a_baseline_without_recorded_revisions(world):
+    """A baseline recorded before revisions were recorded: the hub's head moves, and the dry run
+    says which task's items changed, before any model runs."""
+    ws, hub, env = world
+    path = ws / ".gatekeeper/baselines/sealed.json.gz"
+    recorded = store.load_baseline(path)
+    del recorded.provenance.manifest["datasets"]
+    suite = load_suite(ws / "gatekeeper.yaml")
+    store.save_baseline(recorded, path, suite_name=suite.name, suite_hash=suite.hash)
+    args = [CONSOLE, "gate", "--suite", "gatekeeper.yaml", "--model", str(EXAMPLES / "checkpoints/base"), "--dry-run"]
+    same = subprocess.run(args, cwd=ws, env=env, capture_output=True, text=True, timeout=600)
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert "baseline items: all 70 match the documents and targets built now" in same.stdout
+    hub.push("gk-test/capitals", _hub_dataset(ws.parent / "hub/c2", 60, relabel=True))
+    moved = subprocess.run(args, cwd=ws, env=env, capture_output=True, text=True, timeout=600)
+    assert moved.returncode == 2, moved.stdout[-3000:] + moved.stderr[-3000:]
+    (line,) = [ln for ln in moved.stderr.splitlines() if "error" in ln]
+    assert re.search(r"task hub_capitals: [1-9]\d* of 40 of the baseline's items differ from the documents built now "
+                     r"in their doc/target hash, the first doc_id \d+; likely cause: the documents changed", line), line
+    assert "this baseline predates recorded dataset revisions" in line and "gatekeeper run --new-data" in line
 
 
 @pytest.mark.lmeval

@@ -592,6 +592,43 @@ def _differs(a: Any, b: Any) -> bool:
     return _canon(a) != _canon(b)
 
 
+def check_items_before(stored: RunResults, built: dict[str, list[tuple[str, str]]]) -> int:
+    """``gate --dry-run``: the baseline's items against the documents the suite's tasks build now
+    (``built``: leaf task -> (doc_hash, target_hash) by doc_id), before any model runs. Returns how
+    many items were checked; GateError naming the task, the items and the likely cause otherwise."""
+    checked, problems = 0, []
+    for task, rows in sorted(built.items()):
+        keys = sorted((k for k in stored.series if k.task == task), key=str)
+        if not keys:
+            continue
+        s = stored.series[keys[0]]
+        kinds: set[str] = set()
+        differ = []
+        for doc, (doc_h, _, target_h) in zip(s.doc_ids, np.asarray(s.hashes, dtype=str).reshape(-1, 3), strict=True):
+            doc = int(doc)
+            now = rows[doc] if 0 <= doc < len(rows) else None
+            found = {"doc_id"} if now is None else {name for name, a, b in (("doc", doc_h, now[0]), ("target", target_h, now[1]))
+                                                    if a and not _same_prefix(a, b)}
+            if found:
+                differ.append(doc)
+                kinds |= found
+        checked += s.n
+        if differ:
+            prov = stored.provenance
+            cause = ("the documents changed (a hub dataset without a recorded revision, a local data file, or the task's "
+                     "YAML)") if kinds & {"doc", "doc_id"} else "the task's target template or a !function helper"
+            if not (prov.manifest or {}).get("datasets") and kinds & {"doc", "doc_id"}:
+                cause += "; this baseline predates recorded dataset revisions"
+            problems.append(f"task {task}: {len(differ)} of {s.n} of the baseline's items differ from the documents "
+                            f"built now in their {'/'.join(k for k in ('doc_id', 'doc', 'target') if k in kinds)} "
+                            f"hash, the first doc_id {differ[0]}; likely cause: {cause}; fix: record a new baseline on "
+                            "purpose (gatekeeper run --new-data ..., then gatekeeper baseline promote RUN_DIR)")
+    if problems:
+        raise GateError(f"{stored.provenance.source}: " + "; ".join(problems[:3])
+                        + (f" (and {len(problems) - 3} more tasks)" if len(problems) > 3 else ""))
+    return checked
+
+
 def _item_changes(baseline: RunResults | None, candidate: RunResults | None, task: str) -> tuple[str, set[str]]:
     """('N of M items differ in their doc hash, the first doc_id D', the hashes that differ) for
     one of the task's series."""

@@ -58,7 +58,15 @@ from gatekeeper.run.pins import DatasetPins, pinned
 from gatekeeper.run.quiet import empty_answers, known_noise, progress, quiet_output
 from gatekeeper.run.selection import IndexList, limits, look_manifest, shard_docs, shard_manifest
 from gatekeeper.run.shard import Shard
-from gatekeeper.run.tasks import group_aggregations, load_tasks, rendered, task_files, task_manager, task_plan
+from gatekeeper.run.tasks import (
+    group_aggregations,
+    item_hashes,
+    load_tasks,
+    rendered,
+    task_files,
+    task_manager,
+    task_plan,
+)
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
 from gatekeeper.suite.suite import Suite
@@ -280,6 +288,8 @@ class DryRun:
     prompts: dict[str, list[tuple[str, str]]]  # leaf task -> (context, continuation) as lm-eval builds them
     plan: RunPlan
     datasets: dict[str, str] = field(default_factory=dict)  # hub dataset -> the commit it would evaluate
+    # leaf task -> (doc_hash, target_hash) of each document it would evaluate, as lm-eval logs them
+    hashes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def dry_run(suite: Suite, model: str, *, revision: str | None = None, device: str | None = None,
@@ -307,7 +317,10 @@ def _dry_run(suite: Suite, model: str, *, revision: str | None, device: str | No
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
         prompts = {name: rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
-    return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())))
+    with once_per_process():  # each target template compiled once, not once a document
+        hashes = {name: item_hashes(task, items[name]) for name, (task, _) in sorted(leaves.items())}
+    return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())),
+                  hashes)
 
 
 def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any] | None, pins: DatasetPins

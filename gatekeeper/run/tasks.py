@@ -7,13 +7,16 @@
   suite's name checks and the baseline's pre-run checks;
 - ``task_files``: the task code's identity (``suite/taskcode.py``), hashed into the manifest;
 - ``group_aggregations``: every group's leaves and aggregation (results.json does not record it);
-- ``rendered``: a task's first requests as lm-eval builds them (``gate --dry-run``).
+- ``rendered``: a task's first requests as lm-eval builds them (``gate --dry-run``);
+- ``item_hashes``: each document's doc and target hash as lm-eval logs them, without evaluating
+  (``gate --dry-run`` holds them against the baseline's).
 
 lm-eval is imported lazily, here as everywhere in run/.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -189,3 +192,17 @@ def rendered(task: Any, examples: int) -> list[tuple[str, str]]:
             choices.append(inst.args[1].strip())
     task._instances = None  # lm-eval builds them again for a real run
     return [(context, " | ".join(choices)) for _, (context, choices) in sorted(by_doc.items())][:examples]
+
+
+def item_hashes(task: Any, n: int) -> list[tuple[str, str]]:
+    """(doc_hash, target_hash) of the task's first ``n`` documents, computed exactly as lm-eval
+    0.4.13 logs them (evaluator.py): sha256 of the document's JSON and of its target's text."""
+    from lm_eval.utils import handle_non_serializable, hash_string
+
+    out = []
+    for i, doc in enumerate(task.eval_docs):
+        if i >= n:
+            break
+        text = json.dumps(doc, indent=2, default=handle_non_serializable, ensure_ascii=False)
+        out.append((hash_string(text), hash_string(str(task.doc_to_target(doc)))))
+    return out
