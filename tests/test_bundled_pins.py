@@ -1,0 +1,90 @@
+"""A bundled lm-eval task reads its dataset from the hub at the baseline's commit (issue #36).
+
+``arc_easy`` is used exactly as lm-eval ships it (``dataset_path: allenai/ai2_arc``, ``dataset_name:
+ARC-Easy``): the suite names the task and nothing else, no YAML of the user's. The loopback hub
+(tests/hub_server.py) serves ``allenai/ai2_arc`` with a dataset card that lists the ARC-Easy files.
+The baseline records the commit; the dataset's owner then pushes new answers; the same model
+still passes, evaluated at the recorded commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.demo_runs import ROOT, lm_eval_installed
+from tests.hub_server import Hub
+from tests.test_bundled_tasks import _rows
+
+pytestmark = [pytest.mark.lmeval,
+              pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed")]
+
+CARD = """\
+---
+configs:
+- config_name: ARC-Easy
+  data_files:
+  - {split: train, path: ARC-Easy/train.jsonl}
+  - {split: validation, path: ARC-Easy/validation.jsonl}
+  - {split: test, path: ARC-Easy/test.jsonl}
+---
+"""
+SUITE = """\
+name: bundled-pins
+lm_eval_version: "0.4.13"
+baseline: .gatekeeper/baselines/bundled-pins.json.gz
+model: {backend: hf, dtype: float32, batch_size: 16, device: cpu}
+seeds: {random: 1234, numpy: 1234, torch: 1234, fewshot: 1234}
+policy: {alpha: 0.05, correction: holm, margin: 0.0}
+tasks:
+  - name: arc_easy
+    num_fewshot: 0
+    metrics:
+      - {metric: acc, margin: 0.02}
+"""
+
+
+def _repo(folder: Path, rotate: int = 0) -> Path:
+    (folder / "ARC-Easy").mkdir(parents=True)
+    (folder / "README.md").write_text(CARD)
+    for split in ("train", "validation", "test"):
+        rows = _rows("arc_easy", 12)
+        for i, row in enumerate(rows):  # another commit: other answers
+            row["answerKey"] = "ABCD"[(i + rotate) % 4]
+        (folder / "ARC-Easy" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_a_bundled_tasks_hub_dataset_is_evaluated_at_the_baselines_commit(tmp_path: Path) -> None:
+    hub = Hub({"allenai/ai2_arc": _repo(tmp_path / "hub/c1")}).start()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "gatekeeper.yaml").write_text(SUITE)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), TQDM_DISABLE="1")
+
+    def gate(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
+                               str(ROOT / "examples/checkpoints/base"), "--no-history", *extra],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    try:
+        first = gate("--record-missing", "--out", str(tmp_path / "first"))
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        recorded = hub.sha("allenai/ai2_arc")
+        (manifest,) = (tmp_path / "first").glob("*/gatekeeper-manifest.json")
+        assert json.loads(manifest.read_text())["datasets"] == {"allenai/ai2_arc": recorded}
+        moved = hub.push("allenai/ai2_arc", _repo(tmp_path / "hub/c2", rotate=1))
+        hub.requests.clear()
+        again = gate("--json", str(tmp_path / "again.json"))
+    finally:
+        hub.stop()
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rows = json.loads((tmp_path / "again.json").read_text())["comparisons"]
+    assert {(r["task"], r["metric"]) for r in rows} >= {("arc_easy", "acc")}, rows
+    assert all(r["verdict"] == "unchanged" and r["n"] == 12 for r in rows), rows
+    assert not [p for _, p in hub.requests if moved in p or "/resolve/main/" in p], hub.requests
