@@ -40,6 +40,7 @@ from gatekeeper.compare.compat import (
     check_repeats,
     check_run_matches_suite,
     check_suite_hash,
+    dataset_moves,
 )
 from gatekeeper.compare.outcome import Outcome
 from gatekeeper.errors import GateError
@@ -298,12 +299,13 @@ def run_sequential_gate(
             check_baseline_before(anchor, suite, plan)
 
     levels = sequential.look_levels(sequential.fractions(looks), policy.alpha)
+    lock = dataset_lock(stored)  # every look at the baseline's dataset commits
 
     def evaluate(k: int, done: frozenset[str]) -> list[Path]:
         log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
         return [runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
                                  log=log, preflight=preflight if k == 1 else None, look=Look(k, looks, seed, done),
-                                 reuse_model=True, batch_size=batch_size, lock=dataset_lock(stored))]
+                                 reuse_model=True, batch_size=batch_size, lock=lock)]
 
     try:
         result = _sequential_looks(suite, looks, stored, anchor, policy, log, futility, evaluate)
@@ -669,12 +671,11 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
     results = _run_for(run_dir, suite)
     current = Path(path) if path is not None else suite.baseline_path
     store.check_target(current, suite, inside=path is None)  # never read through a planted link either
-    if log is not None:  # new data on purpose: say which dataset moved, and where from
-        moved = pins.describe_moves(baseline_lock(current, suite),
-                                    pins.check_lock((results.provenance.manifest or {}).get("datasets"), str(run_dir)))
-        for line in moved:
-            log(f"promote: {line}")
-    before = _against_current(results, suite, current)
+    replaced = _current(suite, current)
+    if log is not None and replaced is not None:  # new data on purpose: say which dataset moved, and where from
+        for name, was, now in dataset_moves(replaced.provenance.manifest, results.provenance.manifest):
+            log(f"promote: dataset {name}: revision {was[:7]} → {now[:7]}")
+    before = _against_current(results, suite, replaced)
     worse = [c for c in (before.comparisons if before is not None else [])
              if c.gated and c.verdict in ("regressed", "worse_within_margin", "inconclusive")]
     if worse and log is not None:
@@ -694,15 +695,26 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
     return written
 
 
-def _against_current(results: RunResults, suite: Suite, baseline: Path) -> Outcome | None:
-    """``results`` compared with the baseline it is about to replace; None when there is none or
-    it measured something else (a new suite hash: nothing to compare)."""
+def _current(suite: Suite, baseline: Path) -> RunResults | None:
+    """The baseline a promotion is about to replace; None when there is none or it cannot be read
+    (the promotion replaces it all the same)."""
     if not baseline.is_file():
         return None
     try:
         with trusted_code(suite.include_path, tuple(suite.task_names)):
-            stored = store.load_baseline(baseline)
-        return compare_for_suite(stored, results, suite)
+            return store.load_baseline(baseline)
+    except GateError:
+        return None
+
+
+def _against_current(results: RunResults, suite: Suite, stored: RunResults | None) -> Outcome | None:
+    """``results`` compared with the baseline it is about to replace (``_current``); None when
+    there is none or it measured something else (a new suite hash, new data: nothing to compare)."""
+    if stored is None:
+        return None
+    try:
+        with trusted_code(suite.include_path, tuple(suite.task_names)):
+            return compare_for_suite(stored, results, suite)
     except GateError:
         return None
 

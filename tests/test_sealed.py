@@ -39,6 +39,7 @@ from gatekeeper.suite.suite import load_suite
 from tests.demo_runs import lm_eval_installed
 from tests.hub_server import Hub
 from tests.test_action_events import BASE, act_subprocess, commit, git, pr_event
+from tests.test_hub_datasets import TASK as HUB_TASK  # the same hub_capitals task over gk-test/capitals
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -64,18 +65,6 @@ tasks:
     limit: 30
     metrics:
       - {metric: gk_match, filter: none, margin: 0.02}
-"""
-HUB_TASK = """\
-task: hub_capitals
-dataset_path: gk-test/capitals
-test_split: test
-output_type: multiple_choice
-doc_to_text: "The capital of {{country}} is"
-doc_to_choice: choices
-doc_to_target: label
-metric_list:
-  - {metric: acc, aggregation: mean, higher_is_better: true}
-metadata: {version: 1.0}
 """
 METRIC_TASK = """\
 task: arith_match

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gatekeeper.baseline import anchor
 from gatekeeper.baseline import format as fmt
+from gatekeeper.compare.compat import dataset_moves
 from gatekeeper.errors import GateError
 from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock, project_root
 from gatekeeper.model import RunResults
@@ -99,10 +100,7 @@ def _measures_otherwise(target: Path, suite: Suite, results: RunResults) -> bool
     recorded = provenance.suite_hash
     if bool(recorded) and recorded != suite.hash:
         return True
-    before = (provenance.manifest or {}).get("datasets") or {}
-    after = (results.provenance.manifest or {}).get("datasets") or {}
-    return isinstance(before, dict) and isinstance(after, dict) and any(
-        before.get(name) != sha for name, sha in after.items() if name in before)
+    return bool(dataset_moves(provenance.manifest, results.provenance.manifest))
 
 
 def check_target(target: Path, suite: Suite, *, inside: bool = True) -> None:

@@ -98,7 +98,7 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
         context.append(f"date: {_fmt(_date(b.date))} in baseline, {_fmt(_date(c.date))} in candidate")
     context += _manifest(b.manifest, c.manifest)
     context += [f"dataset {name}: revision {bs[:7]} in baseline, {cs[:7]} in candidate"
-                for name, bs, cs in _dataset_moves(b.manifest or {}, c.manifest or {})]
+                for name, bs, cs in dataset_moves(b.manifest, c.manifest)]
     return [Difference("error", m) for m in errors] + [Difference("context", m) for m in context]
 
 
@@ -602,27 +602,17 @@ def check_items_before(stored: RunResults, built: dict[str, list[tuple[str, str]
         if not keys:
             continue
         s = stored.series[keys[0]]
-        kinds: set[str] = set()
-        differ = []
-        for doc, (doc_h, _, target_h) in zip(s.doc_ids, np.asarray(s.hashes, dtype=str).reshape(-1, 3), strict=True):
-            doc = int(doc)
-            now = rows[doc] if 0 <= doc < len(rows) else None
-            found = {"doc_id"} if now is None else {name for name, a, b in (("doc", doc_h, now[0]), ("target", target_h, now[1]))
-                                                    if a and not _same_prefix(a, b)}
-            if found:
-                differ.append(doc)
-                kinds |= found
+        before = {int(d): (h[0], h[2]) for d, h in _rows(s).items()}
+        differ, kinds = _changed_items(list(before), before, dict(enumerate(rows)), ("doc", "target"))
         checked += s.n
         if differ:
-            prov = stored.provenance
-            cause = ("the documents changed (a hub dataset without a recorded revision, a local data file, or the task's "
-                     "YAML)") if kinds & {"doc", "doc_id"} else "the task's target template or a !function helper"
-            if not (prov.manifest or {}).get("datasets") and kinds & {"doc", "doc_id"}:
+            cause = _DOCUMENTS_CHANGED if kinds & {"doc", "doc_id"} else "the task's target template or a !function helper"
+            if not (stored.provenance.manifest or {}).get("datasets") and kinds & {"doc", "doc_id"}:
                 cause += "; this baseline predates recorded dataset revisions"
             problems.append(f"task {task}: {len(differ)} of {s.n} of the baseline's items differ from the documents "
-                            f"built now in their {'/'.join(k for k in ('doc_id', 'doc', 'target') if k in kinds)} "
-                            f"hash, the first doc_id {differ[0]}; likely cause: {cause}; fix: record a new baseline on "
-                            "purpose (gatekeeper run --new-data ..., then gatekeeper baseline promote RUN_DIR)")
+                            f"built now in their {_kinds(kinds)} hash, the first doc_id {differ[0]}; likely cause: "
+                            f"{cause}; fix: record a new baseline on purpose (gatekeeper run --new-data ..., then "
+                            "gatekeeper baseline promote RUN_DIR)")
     if problems:
         raise GateError(f"{stored.provenance.source}: " + "; ".join(problems[:3])
                         + (f" (and {len(problems) - 3} more tasks)" if len(problems) > 3 else ""))
@@ -636,31 +626,49 @@ def _item_changes(baseline: RunResults | None, candidate: RunResults | None, tas
                    and candidate is not None and k in candidate.series), key=str)
     if not keys:
         return "lm-eval's task hash differs", set()
-    b, c = baseline.series[keys[0]], candidate.series[keys[0]]
-    b_rows = {int(d): h for d, h in zip(b.doc_ids, np.asarray(b.hashes, dtype=str).reshape(-1, 3), strict=True)}
-    c_rows = {int(d): h for d, h in zip(c.doc_ids, np.asarray(c.hashes, dtype=str).reshape(-1, 3), strict=True)}
+    b_rows, c_rows = _rows(baseline.series[keys[0]]), _rows(candidate.series[keys[0]])
+    docs = sorted(set(b_rows) | set(c_rows))
+    differ, kinds = _changed_items(docs, b_rows, c_rows, ("doc", "prompt", "target"))
+    if not differ:
+        return "every item's hashes agree; lm-eval's task hash differs", kinds
+    return f"{len(differ)} of {len(docs)} items differ in their {_kinds(kinds)} hash, the first doc_id {differ[0]}", kinds
+
+
+_DOCUMENTS_CHANGED = ("the documents changed (a hub dataset without a recorded revision, a local data file, or the "
+                      "task's YAML)")
+_HASH_KINDS = ("doc_id", "doc", "prompt", "target")
+
+
+def _rows(s: MetricSeries) -> dict[int, tuple[str, ...]]:
+    """{doc_id: (doc_hash, prompt_hash, target_hash)} of a series."""
+    return {int(d): tuple(h) for d, h in zip(s.doc_ids, np.asarray(s.hashes, dtype=str).reshape(-1, 3), strict=True)}
+
+
+def _changed_items(docs: list[int], before: dict[int, tuple[str, ...]], after: dict[int, tuple[str, ...]],
+                   names: tuple[str, ...]) -> tuple[list[int], set[str]]:
+    """(the docs, in ``docs``' order, whose hashes differ or that one side lacks, and which of
+    ``names`` or "doc_id" differ); hashes compare on their common prefix, an empty one on nothing."""
+    differ: list[int] = []
     kinds: set[str] = set()
-    differ = []
-    for doc in sorted(set(b_rows) | set(c_rows)):
-        if doc not in b_rows or doc not in c_rows:
+    for doc in docs:
+        if doc not in before or doc not in after:
             found = {"doc_id"}
         else:
-            found = {name for name, x, y in zip(("doc", "prompt", "target"), b_rows[doc], c_rows[doc], strict=True)
-                     if not _same_prefix(x, y)}
+            found = {name for name, x, y in zip(names, before[doc], after[doc], strict=True) if not _same_prefix(x, y)}
         if found:
             differ.append(doc)
             kinds |= found
-    if not differ:
-        return "every item's hashes agree; lm-eval's task hash differs", kinds
-    return (f"{len(differ)} of {len(set(b_rows) | set(c_rows))} items differ in their "
-            f"{'/'.join(k for k in ('doc_id', 'doc', 'prompt', 'target') if k in kinds)} hash, the first doc_id "
-            f"{differ[0]}"), kinds
+    return differ, kinds
+
+
+def _kinds(kinds: set[str]) -> str:
+    return "/".join(k for k in _HASH_KINDS if k in kinds)
 
 
 def _likely_cause(b: Provenance, c: Provenance, task: str, kinds: set[str]) -> str:
     """The recorded difference that explains changed items, most specific first."""
     moved = [f"dataset {name} at revision {bs[:7]} in the baseline, {cs[:7]} in the candidate"
-             for name, bs, cs in _dataset_moves(b.manifest or {}, c.manifest or {})]
+             for name, bs, cs in dataset_moves(b.manifest, c.manifest)]
     if moved:
         return "; ".join(moved)
     changed = taskcode.changed_paths((b.manifest or {}).get("task_files") or {}, (c.manifest or {}).get("task_files") or {}) \
@@ -672,12 +680,13 @@ def _likely_cause(b: Provenance, c: Provenance, task: str, kinds: set[str]) -> s
     if kinds and not kinds & {"doc", "doc_id"}:
         return (f"the prompts or targets {task} builds from the same documents (its YAML's templates, a "
                 "!function helper, the few-shot settings or the chat template)")
-    return (f"the documents of {task} changed (a hub dataset without a recorded revision, a local data file, or "
-            "the task's YAML)")
+    return _DOCUMENTS_CHANGED.replace("the documents", f"the documents of {task}", 1)
 
 
-def _dataset_moves(b: dict[str, Any], c: dict[str, Any]) -> list[tuple[str, str, str]]:
-    bd, cd = b.get("datasets"), c.get("datasets")
+def dataset_moves(b: dict[str, Any] | None, c: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(dataset, commit in ``b``, commit in ``c``) of each hub dataset both manifests recorded at
+    different commits (run/pins.py): new data, not a new model."""
+    bd, cd = (b or {}).get("datasets"), (c or {}).get("datasets")
     if not (isinstance(bd, dict) and isinstance(cd, dict)):
         return []
     return [(name, str(bd[name]), str(cd[name])) for name in sorted(set(bd) & set(cd)) if bd[name] != cd[name]]

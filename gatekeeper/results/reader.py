@@ -240,6 +240,12 @@ def _load_manifest(results_file: Path) -> dict[str, Any]:
     return {}
 
 
+def is_lock(value: Any) -> bool:
+    """A manifest's ``datasets``: {hub dataset: 40-hex commit sha} (run/pins.py)."""
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           and re.fullmatch("[0-9a-f]{40}", v) for k, v in value.items())
+
+
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
     """What is wrong with the types of the manifest fields the gate reads (None when fine)."""
     for key in ("suite_hash", "model", "model_path", "suite_name"):
@@ -252,8 +258,7 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
                 isinstance(k, str) and (isinstance(v, str) or v is None) for k, v in files.items())):
             return f"{key} is {short(files)}, expected an object of sha256 digests"
     locked = manifest.get("datasets")
-    if locked is not None and not (isinstance(locked, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and re.fullmatch("[0-9a-f]{40}", v) for k, v in locked.items())):
+    if locked is not None and not is_lock(locked):
         return f"datasets is {short(locked)}, expected an object of dataset commit shas"
     hashed = manifest.get("suite_hashed")
     if hashed is not None and not isinstance(hashed, dict):

@@ -120,11 +120,7 @@ def tokenizer_files(tokenizer: str | None, revision: str | None = None) -> dict[
     if not tokenizer:
         return {}
     try:
-        if os.path.isabs(tokenizer):
-            return _hash_folder(Path(tokenizer), WEIGHT_SUFFIXES)
-        from huggingface_hub import snapshot_download
-
-        folder = Path(snapshot_download(tokenizer, revision=revision, local_files_only=True))
+        folder = Path(tokenizer) if os.path.isabs(tokenizer) else _cached_snapshot(tokenizer, revision)
         return _hash_folder(folder, WEIGHT_SUFFIXES)
     except Exception:  # noqa: BLE001 - provenance: what the cache holds, else nothing
         return {}
@@ -145,12 +141,16 @@ def run_file_digests(folder: Path, paths: Sequence[Path]) -> dict[str, str]:
 def hub_files(model: str, revision: str | None) -> dict[str, str]:
     """Hashes of a hub model's files from the local HF cache, when lm-eval just loaded them."""
     try:
-        from huggingface_hub import snapshot_download
-
-        folder = Path(snapshot_download(model, revision=revision, local_files_only=True))
-        return hash_model_files(folder)
+        return hash_model_files(_cached_snapshot(model, revision))
     except Exception:  # noqa: BLE001 - provenance is best effort for hub ids
         return {}
+
+
+def _cached_snapshot(repo: str, revision: str | None) -> Path:
+    """The HF cache's folder of a hub repository lm-eval just loaded (never downloads)."""
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(repo, revision=revision, local_files_only=True))
 
 
 def version(dist: str) -> str | None:

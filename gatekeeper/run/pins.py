@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper.errors import GateError
+from gatekeeper.results.reader import is_lock
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# A hub repository id, ``org/name`` or a bare ``name`` (models too: run/runner.check_model).
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 SHA = re.compile(r"^[0-9a-f]{40}$")
 FIX = ("to evaluate the dataset's current data on purpose, re-record the baseline: gatekeeper run --new-data "
        "... then gatekeeper baseline promote RUN_DIR")
@@ -41,16 +43,9 @@ def check_lock(value: Any, where: str) -> dict[str, str]:
     """A recorded lock ({dataset: 40-hex sha}) as read from a manifest; GateError otherwise."""
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and SHA.match(v)
-                                              for k, v in value.items()):
+    if not is_lock(value):
         raise GateError(f"{where}: datasets is {str(value)[:80]!r}, expected {{dataset: commit sha}}")
     return dict(value)
-
-
-def describe_moves(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """'dataset X: revision a1b2c3d → d4e5f6a' for each dataset whose commit changed."""
-    return [f"dataset {name}: revision {before[name][:7]} → {after[name][:7]}"
-            for name in sorted(set(before) & set(after)) if before[name] != after[name]]
 
 
 @dataclass
@@ -103,7 +98,7 @@ class DatasetPins:
 
 def is_hub_dataset(path: Any) -> bool:
     """``org/name`` (or a bare ``name``) that is not one of ``datasets``' local builders."""
-    if not isinstance(path, str) or not _HUB_ID.match(path):
+    if not isinstance(path, str) or not HUB_ID.match(path):
         return False
     from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
 

@@ -54,7 +54,7 @@ from gatekeeper.run.manifest import (
     version,
 )
 from gatekeeper.run.once import once_per_process
-from gatekeeper.run.pins import DatasetPins, pinned
+from gatekeeper.run.pins import HUB_ID, DatasetPins, pinned
 from gatekeeper.run.quiet import empty_answers, known_noise, progress, quiet_output
 from gatekeeper.run.selection import IndexList, limits, look_manifest, shard_docs, shard_manifest
 from gatekeeper.run.shard import Shard
@@ -71,8 +71,6 @@ from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
 from gatekeeper.suite.suite import Suite
 from gatekeeper.text import one_line, redact, redact_url
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 Log = Callable[[str], Any]
 
@@ -371,7 +369,7 @@ def check_model(model: str) -> Path | None:
     first = model.split("/", 1)[0]
     looks_like_path = (model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
                        or ("/" in model and Path(first).expanduser().is_dir()))
-    if looks_like_path or not _HUB_ID.match(model) or ".." in model or "--" in model:
+    if looks_like_path or not HUB_ID.match(model) or ".." in model or "--" in model:
         where = "" if path.is_absolute() else f" under {Path.cwd()}"
         raise GateError(f"{model}: model path not found{where} (and not a Hugging Face model id)")
     return None
