@@ -72,6 +72,15 @@ def test_a_warm_run_prints_and_exits_as_a_cold_one(tmp_path: Path) -> None:
             assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
 
 
+def _launcher(python: str) -> str:
+    """The first lines of a console script as pip writes them: a #! line, or, where the
+    interpreter's path has a space (execve cannot take one in a #! line), a /bin/sh line that execs
+    it, in lines Python reads as a string (pip's distlib does the same)."""
+    if " " not in python:
+        return f"#!{python}\n"
+    return f"#!/bin/sh\n'''exec' \"{python}\" \"$0\" \"$@\"\n' '''\n"
+
+
 def test_a_warm_script_sees_the_argv_path_and_file_of_a_cold_one(tmp_path: Path) -> None:
     """A script named gatekeeper (as a console script, or a shim a pull request puts on PATH) run
     warm: its argv, sys.path, __file__ and __name__ are a fresh interpreter's; reached through a
@@ -80,7 +89,7 @@ def test_a_warm_script_sees_the_argv_path_and_file_of_a_cold_one(tmp_path: Path)
     _wait_for_server()
     real = tmp_path / "real"
     real.mkdir()
-    (real / "gatekeeper").write_text(f"#!{sys.executable}\nimport json, sys\n"
+    (real / "gatekeeper").write_text(_launcher(sys.executable) + "import json, sys\n"
                                      "print(json.dumps([sys.argv, sys.path, __file__, __name__]))\n")
     (real / "gatekeeper").chmod(0o755)
     (tmp_path / "bin").mkdir()
