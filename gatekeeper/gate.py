@@ -30,7 +30,7 @@ from typing import Any
 
 from gatekeeper import report
 from gatekeeper.baseline import anchor as anchors
-from gatekeeper.baseline import store, trend
+from gatekeeper.baseline import gitbase, store, trend
 from gatekeeper.compare import margins, sequential
 from gatekeeper.compare import plan as plans
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
@@ -90,6 +90,7 @@ def run_gate(
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     if baseline_path.exists() and not baseline_path.is_file():
         raise GateError(f"{baseline_path}: baseline path is a directory, expected a .json.gz file")
+    check_not_deleted(baseline_path)
     if not baseline_path.exists() and not record_missing:
         # A typo in --baseline or a baseline missing in CI must not turn the candidate into the
         # reference it is judged against.
@@ -224,6 +225,7 @@ def gate_run(
     base_path = Path(baseline) if baseline else suite.baseline_path
     if base_path.exists() and not base_path.is_file():
         raise GateError(f"{base_path}: baseline path is a directory, expected a .json.gz file")
+    check_not_deleted(base_path)
     if not base_path.exists():
         raise GateError(f"{base_path}: no baseline file; record one on purpose with "
                         f"`gatekeeper baseline record {run} --suite {suite.path}`")
@@ -232,16 +234,36 @@ def gate_run(
     return GateResult(outcome.exit_code, outcome, None, Path(run), report.to_json(outcome), kept)
 
 
+def check_not_deleted(baseline: Path) -> None:
+    """A baseline that git tracks but the working tree lacks (deleted by hand or by a merge) is
+    an error, never "no baseline yet": recording over it would forget the reference."""
+    if gitbase.deleted_in_worktree([baseline]):
+        raise GateError(f"{baseline}: deleted from the working tree but tracked by git; restore it "
+                        f"(`git checkout -- {baseline}`), or remove it on purpose with `git rm` before recording a new one")
+
+
 def load_anchor(baseline: Path) -> RunResults | None:
-    """The anchor of ``baseline`` (None: the baseline is its own); a missing anchor file that the
-    history says the suite had is an error: deleting it would turn a drift into a pass."""
+    """The anchor of ``baseline`` (None: the baseline is its own). A missing anchor file that the
+    history says the suite had, or that git tracks, is an error: deleting it would turn a drift
+    into a pass."""
     anchor = anchors.load_anchor(baseline)
-    expected = trend.expected_anchor(baseline) if anchor is None else None
+    if anchor is not None:
+        return anchor
+    path = anchors.anchor_path(baseline)
+    expected, problem = trend.expected_anchor(baseline)
+    fix = ("restore the file from git (`git checkout -- FILE`), or reset the anchor on purpose with "
+           "`gatekeeper baseline pin --current --reason ...`")
     if expected:
-        raise GateError(f"{anchors.anchor_path(baseline)}: missing, but the history {trend.trend_path(baseline)} records "
-                        f"anchor {expected} (the reference a person approved); restore the file from git, or reset "
-                        "the anchor on purpose with `gatekeeper baseline pin --current --reason ...`")
-    return anchor
+        unread = f" (in its last readable entry; the file itself is unreadable: {problem})" if problem else ""
+        raise GateError(f"{path}: missing, but the history {trend.trend_path(baseline)} records anchor {expected}"
+                        f"{unread}, the reference a person approved; {fix.replace('FILE', str(path))}")
+    deleted = gitbase.deleted_in_worktree([path, trend.trend_path(baseline)])
+    if deleted:
+        names = " and ".join(str(p) for p in deleted)
+        raise GateError(f"{names}: deleted from the working tree but tracked by git, so the suite may have had an "
+                        f"anchor; {fix.replace('FILE', ' '.join(str(p) for p in deleted))}, and commit the removal "
+                        "(`git rm`) if it is meant")
+    return None
 
 
 def _append_history(baseline: Path, outcome: Outcome, suite: Suite, commit: str | None, model: str | None, *,
@@ -284,6 +306,7 @@ def run_sequential_gate(
         raise GateError(f"--looks {looks}: between 2 and 10 looks")
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
+    check_not_deleted(baseline_path)
     if not baseline_path.is_file():
         raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one (record it first: "
                         f"gatekeeper baseline record RUN_DIR --suite {suite.path})")
@@ -326,6 +349,7 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
     evaluate next and which tasks have stopped (exit 0: nothing is known to be worse yet)."""
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
+    check_not_deleted(baseline_path)
     if not baseline_path.is_file():
         raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one")
     found = _looks_in(Path(folder))
@@ -614,6 +638,7 @@ def compare_paths(
     """``compare --suite`` and the action's compare: load both sides (baseline: the suite's
     stored one when None), then ``compare_for_suite``."""
     base_path = Path(baseline) if baseline is not None else suite.baseline_path
+    check_not_deleted(base_path)
     if not base_path.exists():
         raise GateError(f"{base_path}: baseline does not exist (record one with `gatekeeper baseline record`)")
     keys = suite.cluster_keys()

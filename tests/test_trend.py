@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -194,12 +195,63 @@ def test_a_deleted_anchor_the_history_remembers_is_an_error_and_a_broken_history
     assert proc.returncode == 2 and "demo.anchor.json.gz: missing, but the history" in proc.stderr, proc.stderr
     assert "records anchor bbbbbbbbbbbb" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     path.write_text(path.read_text() + "<<<<<<< HEAD\n")  # a merge conflict left in the file
+    proc = gate()  # issue #38: the guard does not depend on the history parsing (it was a silent pass)
+    assert proc.returncode == 2 and "records anchor bbbbbbbbbbbb (in its last readable entry" in proc.stderr, proc.stderr
+    assert ":3: not JSON" in proc.stderr and "git checkout --" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    own = {**entry, "event": "promote", "anchor_id": "aaaaaaaaaaaa"}  # no anchor expected: the verdict comes out
+    path.write_text(path.read_text() + json.dumps(own) + "\n")
     proc = gate()
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the verdict, not an error
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verdict"] == "fail"
     (warning,) = [w for w in report["warnings"] if w.startswith("history not updated")]
     assert f"{path}:3: not JSON" in warning and "--no-history" in warning
+
+
+def _git(cwd: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+@pytest.mark.skipif(not shutil.which("git"), reason="needs git")
+def test_tracked_gatekeeper_files_deleted_from_the_working_tree_never_pass_silently(tmp_path: Path) -> None:
+    """Issue #38: with the anchor and its history both deleted nothing local remembers the anchor,
+    but git does; a deleted baseline is never re-recorded as a first one."""
+    import subprocess
+    import sys
+
+    shutil.copy(ROOT / "examples" / "gatekeeper.yaml", tmp_path / "gatekeeper.yaml")
+    shutil.copytree(ROOT / "examples" / "tasks", tmp_path / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    baselines = tmp_path / ".gatekeeper" / "baselines"
+    baselines.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz", baselines / "demo.json.gz")
+    shutil.copy(ROOT / "examples" / ".gatekeeper" / "baselines" / "demo.json.gz", baselines / "demo.anchor.json.gz")
+    (baselines / "demo.trend.jsonl").write_text('{"format": "gatekeeper-trend", "version": 1, "summary": {}}\n')
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "suite")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def gate(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--run",
+                               str(ROOT / "tests" / "fixtures" / "demo-regressed-run"), "--no-history", *extra],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert gate().returncode == 1  # a verdict
+    (baselines / "demo.anchor.json.gz").unlink()
+    (baselines / "demo.trend.jsonl").unlink()
+    proc = gate()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "demo.anchor.json.gz and " in proc.stderr and "demo.trend.jsonl: deleted from the working tree but " \
+        "tracked by git" in proc.stderr and "git checkout -- " in proc.stderr, proc.stderr
+    _git(tmp_path, "rm", "-q", "--cached", ".gatekeeper/baselines/demo.anchor.json.gz",
+         ".gatekeeper/baselines/demo.trend.jsonl")
+    assert gate().returncode == 1  # removed on purpose: the baseline is its own anchor
+    (baselines / "demo.json.gz").unlink()
+    proc = gate()
+    assert proc.returncode == 2 and "demo.json.gz: deleted from the working tree but tracked by git" in proc.stderr
 
 
 def test_promoting_a_worse_run_says_what_got_worse_and_the_history_keeps_it(tmp_path: Path) -> None:

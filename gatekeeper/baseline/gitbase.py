@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -264,3 +265,23 @@ def changed_since(repo: GitRepo, sha: str, rel: str) -> bool:
     """Whether the working tree's ``rel`` differs from the one at ``sha`` (added, edited, removed)."""
     ensure_commit(repo, sha)
     return blob_at(repo, sha, rel) != worktree_blob(repo, rel)
+
+
+def deleted_in_worktree(paths: list[Path]) -> list[Path]:
+    """Those of ``paths`` that git tracks but that are missing from the working tree (deleted
+    without ``git rm``); [] outside a git checkout or without git: this is a guard, not a need."""
+    missing = [Path(p) for p in paths if not os.path.lexists(p)]
+    if not missing or shutil.which("git") is None:
+        return []
+    folder = missing[0].parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        proc = _git(folder, "ls-files", "-z", "--deleted", "--full-name", "--",
+                    *(os.path.abspath(p) for p in missing), timeout=GIT_TIMEOUT_S)
+    except GateError:
+        return []
+    if proc.returncode != 0:
+        return []
+    listed = {PurePosixPath(n).name for n in proc.stdout.decode("utf-8", "replace").split("\0") if n}
+    return [p for p in missing if p.name in listed]

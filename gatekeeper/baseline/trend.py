@@ -208,18 +208,35 @@ _ROW_FIELDS = {f.name for f in fields(TrendRow)}
 _NUMBERS = ("value", "baseline", "anchor", "lo", "hi")
 
 
-def expected_anchor(baseline: Path) -> str | None:
-    """The anchor file id the newest history entry records when the suite had an anchor then
-    (its anchor differed from its baseline), else None; an unreadable history says nothing here
-    (``append`` reports it)."""
+def expected_anchor(baseline: Path) -> tuple[str | None, str | None]:
+    """(the anchor file id the newest history entry records when the suite had an anchor then, its
+    anchor differing from its baseline, else None; why the history could not be read, else None).
+    An unreadable history (a merge conflict's markers, a hand edit) is still searched line by line:
+    whether an anchor is expected must not depend on the rest of the file parsing."""
     try:
         entries, _ = read_trend(baseline)
-    except GateError:
-        return None
+        problem = None
+    except GateError as exc:
+        entries, problem = _readable_entries(trend_path(baseline)), str(exc)
     if not entries:
-        return None
+        return None, problem
     last = entries[-1]
-    return last.anchor_id if last.anchor_id and last.anchor_id != last.baseline_id else None
+    return (last.anchor_id if last.anchor_id and last.anchor_id != last.baseline_id else None), problem
+
+
+def _readable_entries(path: Path) -> list[TrendEntry]:
+    """The lines of ``path`` that are history entries on their own, oldest first."""
+    try:
+        data = read_limited(path, MAX_BYTES)
+    except (OSError, TooLarge):
+        return []
+    entries = []
+    for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines()[1:], start=2):
+        try:
+            entries.append(_entry(path, n, _json_line(path, n, line)))
+        except GateError:
+            continue
+    return entries
 
 
 def _entry(path: Path, n: int, doc: dict[str, Any]) -> TrendEntry:
