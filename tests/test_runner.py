@@ -24,7 +24,7 @@ from gatekeeper.baseline import store  # noqa: E402
 from gatekeeper.compare.compat import check_suite_hash
 from gatekeeper.errors import GateError  # noqa: E402
 from gatekeeper.gate import record_run
-from gatekeeper.run import runner  # noqa: E402
+from gatekeeper.run import modelref, runner  # noqa: E402
 from gatekeeper.suite.suite import load_suite  # noqa: E402
 
 pytestmark = pytest.mark.lmeval
@@ -211,7 +211,7 @@ def test_missing_model_path(tmp_path, suite) -> None:
         with pytest.raises(GateError, match=pattern):
             runner.run_suite(suite, model, out, log=lambda _: None)
     _assert_nothing_written(out)
-    assert runner.check_model("EleutherAI/pythia-14m") is None  # a plausible hub id passes
+    assert modelref.check_model("EleutherAI/pythia-14m", hub=False) is None  # a plausible hub id passes
 
 
 def test_a_relative_model_path_with_a_typo_is_not_taken_for_a_hub_id(tmp_path, monkeypatch) -> None:
@@ -222,9 +222,9 @@ def test_a_relative_model_path_with_a_typo_is_not_taken_for_a_hub_id(tmp_path, m
     (tmp_path / "checkpoints" / "next" / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(GateError, match=f"checkpoints/nxet: model path not found under {tmp_path}"):
-        runner.check_model("checkpoints/nxet")
-    assert runner.check_model("checkpoints/next") == Path("checkpoints/next")
-    assert runner.check_model("org/model") is None  # no folder org/ here: a hub id
+        modelref.check_model("checkpoints/nxet")
+    assert modelref.check_model("checkpoints/next") == Path("checkpoints/next")
+    assert modelref.check_model("org/model", hub=False) is None  # no folder org/ here: a hub id
 
 
 def test_wrong_lm_eval_version(tiny_model, tmp_path) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from gatekeeper.errors import GateError
 from gatekeeper.results.reader import is_lock
 
-# A hub repository id, ``org/name`` or a bare ``name`` (models too: run/runner.check_model).
+# A hub repository id, ``org/name`` or a bare ``name`` (models too: run/modelref.check_model).
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 SHA = re.compile(r"^[0-9a-f]{40}$")
 FIX = ("to evaluate the dataset's current data on purpose, re-record the baseline: gatekeeper run --new-data "

@@ -53,8 +53,9 @@ from gatekeeper.run.manifest import (
     utc_now,
     version,
 )
+from gatekeeper.run.modelref import check_model
 from gatekeeper.run.once import once_per_process
-from gatekeeper.run.pins import HUB_ID, DatasetPins, pinned
+from gatekeeper.run.pins import DatasetPins, pinned
 from gatekeeper.run.quiet import empty_answers, known_noise, progress, quiet_output
 from gatekeeper.run.selection import IndexList, limits, look_manifest, shard_docs, shard_manifest
 from gatekeeper.run.shard import Shard
@@ -127,7 +128,7 @@ def run_suite(
     where = sealed.absolute(out_dir)
     fresh = not where.exists()
     cache_dir = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None
-    local = _before_sealing(suite, model)
+    local = _before_sealing(suite, model, revision)
     try:
         with sealed.sealed():
             target = _run(_absolute_suite(suite), model, local, where, revision=revision, device=device,
@@ -141,11 +142,13 @@ def run_suite(
     return out_dir / target.name
 
 
-def _before_sealing(suite: Suite, model: str) -> Path | None:
+def _before_sealing(suite: Suite, model: str, revision: str | None) -> Path | None:
     """What must be read in the user's working folder: the model's path (the checkpoint, the one
-    thing a pull request may bring), and no Hugging Face cache inside the repository."""
+    thing a pull request may bring; a hub id is looked up now, not after lm-eval has loaded), and
+    no Hugging Face cache inside the repository."""
     sealed.check_caches(sealed.repositories(Path(suite.path).parent))
-    local = check_model(model)
+    hub = str(suite.model.get("backend") or backends.HF) in (backends.HF, backends.VLLM)
+    local = check_model(model, hub=hub, revision=revision, suite_dir=Path(suite.path).parent)
     return None if local is None else sealed.absolute(local)
 
 
@@ -297,7 +300,7 @@ def dry_run(suite: Suite, model: str, *, revision: str | None = None, device: st
     path, task names, datasets (lm-eval builds every task, downloading what it needs), the
     suite's names, ``preflight`` (the baseline), the device; then ``examples`` rendered requests
     per task. Loads no weights and writes no run."""
-    local = _before_sealing(suite, model)
+    local = _before_sealing(suite, model, revision)
     with sealed.sealed():
         return _dry_run(_absolute_suite(suite), str(local) if local is not None else model, revision=revision,
                         device=device, log=log, preflight=preflight, examples=examples,
@@ -353,26 +356,6 @@ def check_lm_eval(suite: Suite) -> str:
             f"{installed} is installed; results from different lm-eval versions are not comparable"
         )
     return installed
-
-
-def check_model(model: str) -> Path | None:
-    """A local checkpoint directory (returned) or a plausible hub id (None); else GateError."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise GateError(f"{model}: model directory has no config.json (expected a save_pretrained checkpoint)")
-        return path
-    if path.exists():
-        raise GateError(f"{model}: is a file; --model takes a checkpoint directory or a hub id")
-    # "checkpoints/next" is also the shape of a hub id: it is a path when its first folder is here
-    # (a typo in the last part), so the user hears "not found" now, not a hub error a minute later.
-    first = model.split("/", 1)[0]
-    looks_like_path = (model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
-                       or ("/" in model and Path(first).expanduser().is_dir()))
-    if looks_like_path or not HUB_ID.match(model) or ".." in model or "--" in model:
-        where = "" if path.is_absolute() else f" under {Path.cwd()}"
-        raise GateError(f"{model}: model path not found{where} (and not a Hugging Face model id)")
-    return None
 
 
 def check_output(out_dir: Path, target: Path) -> None:
