@@ -305,7 +305,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     _check_writable(args.json, args.markdown)
     if (args.model is None) == (args.run is None):
-        raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run), not both")
+        raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run)"
+                        + (", not both" if args.model is not None else ""))
     if args.dry_run:
         return _dry_run(args)
     if args.sequential and args.run is not None:
@@ -332,20 +333,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise GateError("gate --from-commit: the commit's own baseline is used; --baseline and "
                             "--record-missing do not apply")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
-            looks = args.looks or suite.policy.sequential_looks
-            # The suite's policy.sequential turns it on; recording a first baseline needs a whole run.
-            sequential = args.sequential or (suite.policy.sequential_looks and not args.record_missing)
-            if args.looks and not sequential:
-                raise GateError("gate: --looks goes with --sequential (or a suite with policy.sequential); "
-                                + ("--record-missing evaluates every item" if args.record_missing
-                                   else "without it every item is evaluated at once"))
-            if sequential:
-                if args.record_missing:
-                    raise GateError("gate --sequential: --record-missing does not apply (a sequential gate "
-                                    "evaluates a sample of the items; record the baseline from a whole run)")
+            looks = _looks(args, suite)
+            if looks:
                 from gatekeeper.gate import run_sequential_gate
 
-                result = run_sequential_gate(suite.path, args.model, out_dir=out, looks=looks or 4,
+                result = run_sequential_gate(suite.path, args.model, out_dir=out, looks=looks,
                                              baseline=base_baseline or args.baseline, revision=args.revision,
                                              device=args.device, log=_out)
             else:
@@ -372,21 +364,39 @@ def cmd_gate(args: argparse.Namespace) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+def _looks(args: argparse.Namespace, suite: Any) -> int:
+    """How many looks a gate with ``--model`` takes (0: one whole run): ``--sequential`` or the
+    suite's policy.sequential; recording a first baseline needs a whole run."""
+    sequential = args.sequential or (suite.policy.sequential_looks and not args.record_missing)
+    if args.looks and not sequential:
+        raise GateError("gate: --looks goes with --sequential (or a suite with policy.sequential); "
+                        + ("--record-missing evaluates every item" if args.record_missing
+                           else "without it every item is evaluated at once"))
+    if sequential and args.record_missing:
+        raise GateError("gate --sequential: --record-missing does not apply (a sequential gate "
+                        "evaluates a sample of the items; record the baseline from a whole run)")
+    return (args.looks or suite.policy.sequential_looks or 4) if sequential else 0
+
+
 def _dry_run(args: argparse.Namespace) -> int:
-    """``gate --dry-run``: the checks and a few rendered prompts, no evaluation."""
+    """``gate --dry-run``: the checks and a few rendered prompts, no evaluation; with the flags of
+    the gate it rehearses (--record-missing, --sequential, --looks) and its refusals."""
     from gatekeeper.gate import dry_run_gate
 
-    clash = [flag for flag, on in (("--run", args.run), ("--out", args.out), ("--record-missing", args.record_missing),
-                                   ("--sequential", args.sequential), ("--looks", args.looks),
+    clash = [flag for flag, on in (("--run", args.run), ("--out", args.out),
                                    ("--json", args.json), ("--markdown", args.markdown)) if on]
     if clash:
         raise GateError(f"gate --dry-run: {', '.join(clash)} does not apply (a dry run evaluates nothing and "
                         "writes nothing)")
     if args.model is None:
         raise GateError("gate --dry-run: give --model (the checkpoint the gate would evaluate)")
-    with _measurement(args, need_baseline=False) as (suite, base_baseline):
+    if args.from_commit and (args.record_missing or args.baseline):
+        raise GateError("gate --from-commit: the commit's own baseline is used; --baseline and "
+                        "--record-missing do not apply")
+    with _measurement(args, need_baseline=True) as (suite, base_baseline):
         _out(dry_run_gate(suite.path, args.model, baseline=base_baseline or args.baseline, revision=args.revision,
-                          device=args.device, log=_out))
+                          device=args.device, log=_out, record_missing=args.record_missing,
+                          looks=_looks(args, suite)))
     return EXIT_OK
 
 

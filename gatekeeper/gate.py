@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gatekeeper import report
 from gatekeeper.baseline import anchor as anchors
 from gatekeeper.baseline import gitbase, store, trend
@@ -50,7 +52,7 @@ from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
 from gatekeeper.run import complete, merge, mutants, pins, runner
-from gatekeeper.run.looks import Look
+from gatekeeper.run.looks import Look, chunk
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
 from gatekeeper.suite.policy import Policy
@@ -90,14 +92,7 @@ def run_gate(
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     if baseline_path.exists() and not baseline_path.is_file():
         raise GateError(f"{baseline_path}: baseline path is a directory, expected a .json.gz file")
-    check_not_deleted(baseline_path)
-    if not baseline_path.exists() and not record_missing:
-        # A typo in --baseline or a baseline missing in CI must not turn the candidate into the
-        # reference it is judged against.
-        raise GateError(
-            f"{baseline_path}: no baseline file; record one on purpose with "
-            "`gatekeeper gate --record-missing ...` (or `gatekeeper baseline record RUN_DIR --suite ...`)"
-        )
+    check_baseline_path(baseline_path, record_missing=record_missing)
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
     run_dir = runner.run_suite(suite, model, Path(out_dir), revision=revision, device=device, log=log,
                                preflight=preflight, batch_size=batch_size, lock=dataset_lock(stored))
@@ -113,6 +108,23 @@ def run_gate(
     outcome = compare_for_suite(stored, candidate, suite, policy, anchor=anchor)
     kept = _append_history(baseline_path, outcome, suite, commit, None, inside=baseline is None) if history else []
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome), kept)
+
+
+def check_baseline_path(baseline_path: Path, *, record_missing: bool = False, looks: int = 0) -> None:
+    """The gate's baseline file exists (or may be recorded, ``record_missing``), else GateError:
+    a typo in --baseline or a baseline missing in CI must not turn the candidate into the
+    reference it is judged against."""
+    check_not_deleted(baseline_path)
+    if baseline_path.exists() and not baseline_path.is_file():
+        raise GateError(f"{baseline_path}: baseline path is a directory, expected a .json.gz file")
+    if baseline_path.exists():
+        return
+    if looks:
+        raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one (record it first: "
+                        "gatekeeper baseline record RUN_DIR --suite ...)")
+    if not record_missing:
+        raise GateError(f"{baseline_path}: no baseline file; record one on purpose with "
+                        "`gatekeeper gate --record-missing ...` (or `gatekeeper baseline record RUN_DIR --suite ...`)")
 
 
 def dataset_lock(stored: RunResults | None) -> dict[str, str]:
@@ -154,13 +166,17 @@ def _reference(suite: Suite, baseline_path: Path, policy: Policy | None
 
 def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | None = None,
                  policy: Policy | None = None, revision: str | None = None, device: str | None = None,
-                 log: Callable[[str], Any] = print, examples: int = 3) -> str:
+                 log: Callable[[str], Any] = print, examples: int = 3, record_missing: bool = False,
+                 looks: int = 0) -> str:
     """``gate --dry-run``: every check a gate makes before it pays for the model (suite, task
     names, datasets, the baseline and anchor against the suite and the built tasks, margins, the
-    device), the items it would evaluate, an estimate of the time from the baseline's own run,
-    and ``examples`` rendered prompts per task. Returns the text to print; raises GateError."""
+    device), the items it would evaluate (``looks``: per look of a sequential gate), each group,
+    an estimate of the time from the baseline's own run, and ``examples`` rendered prompts per
+    task. It refuses what the gate would refuse (no baseline without ``record_missing``).
+    Returns the text to print; raises GateError."""
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
+    check_baseline_path(baseline_path, record_missing=record_missing, looks=looks)
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
     lock = dataset_lock(stored)
     checked = runner.dry_run(suite, model, revision=revision, device=device, log=log, preflight=preflight,
@@ -171,7 +187,7 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
              f"lm-eval {checked.lm_eval_version}, backend {checked.backend}, device {checked.device}",
              "baseline: " + (f"{baseline_path} matches the suite and the built tasks"
                              + (" (and its anchor)" if anchor is not None else "") if stored is not None
-                             else f"none at {baseline_path} (a gate would need --record-missing)"),
+                             else f"none at {baseline_path}: the gate would record this run as the first baseline"),
              f"items: {total:,} in {len(checked.items)} tasks ("
              + ", ".join(f"{t} {n:,}" for t, n in checked.items.items()) + ")",
              "time: " + _time_estimate(stored, total)]
@@ -182,11 +198,64 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
         lines.append("hub datasets: " + ", ".join(
             f"{name} at {sha[:7]}" + (" (the baseline's)" if lock.get(name) == sha else " (the hub's head: new to the baseline)")
             for name, sha in checked.datasets.items()))
+    if looks:
+        lines += _looks_preview(suite, checked.items, looks, policy or suite.policy)
+    lines += _groups_preview(suite, checked.groups, checked.items)
     for task, shown in checked.prompts.items():
         lines.append(f"\n{task}: the first {len(shown)} requests as lm-eval builds them")
         for context, rest in shown:
             lines.append(f"  > {_shown(context)}" + (f"  ⟶ {_shown(rest)}" if rest else ""))
     return "\n".join(lines)
+
+
+def _looks_preview(suite: Suite, items: dict[str, int], count: int, policy: Policy) -> list[str]:
+    """What a sequential gate would evaluate at each look, and the level each look tests at."""
+    seed = int(suite.seeds.get("random", 0) or 0)
+    per_look = [sum(len(chunk(task, n, Look(k, count, seed))) for task, n in items.items())
+                for k in range(1, count + 1)]
+    levels = sequential.look_levels(sequential.fractions(count), policy.alpha)
+    total = sum(per_look)
+    done = np.cumsum(per_look)
+    return [f"sequential: {count} looks; a task stops at the first look that decides it, the rest are never "
+            "evaluated"] + [
+        f"  look {k}: {n:,} items (then {d:,} of {total:,}, {d / total:.0%}), one-sided level {lvl:.3g} before "
+        "the correction" for k, (n, d, lvl) in enumerate(zip(per_look, done, levels), start=1)]
+
+
+def _groups_preview(suite: Suite, groups: dict[str, Any], items: dict[str, int]) -> list[str]:
+    """Each group the tasks build: its members, how its score weighs them, what is gated."""
+    lines = []
+    specs = {t.name: t for t in suite.tasks}
+    for name, info in groups.items():
+        members = ", ".join(f"{t} {items.get(t, 0):,}" for t in info["leaves"])
+        how: dict[str, list[str]] = {}
+        for a in info["aggregate"]:
+            kind = ("weighted by items" if a["weight_by_size"] else "each task equal") + (
+                f" ({a['aggregation']})" if a["aggregation"] != "mean" else "")
+            how.setdefault(kind, []).append(a["metric"])
+        weights = "; ".join(f"{', '.join(m)} {kind}" for kind, m in how.items()) or \
+            "no aggregate (lm-eval reports no group score)"
+        spec = specs.get(name)
+        if spec is None:
+            gated = f"gated under {_owner(name, groups, specs)}"
+        else:
+            metrics = [m for m in spec.metrics or [] if m.get("gate", True)]
+            gated = ("gated: " + ", ".join(m["metric"] + (f" (margin {m['margin']:g})" if m.get("margin") is not None
+                                                           else "") for m in metrics)
+                     if metrics else "gated: every metric at the policy's margin")
+            gated += "; its tasks " + ("gated with it, one family" if spec.subtasks == "gate" else
+                                       "shown, never failing (subtasks: info)")
+        lines.append(f"group {name}: {len(info['leaves'])} tasks ({members}); {weights}; {gated}")
+    return lines
+
+
+def _owner(name: str, groups: dict[str, Any], specs: dict[str, Any]) -> str:
+    """The suite entry a nested group belongs to."""
+    leaves = set(groups[name]["leaves"])
+    for other in specs:
+        if other in groups and other != name and leaves <= set(groups[other]["leaves"]):
+            return f"group {other}'s rules"
+    return "the suite's rules"
 
 
 def _time_estimate(stored: RunResults | None, items: int) -> str:

@@ -59,3 +59,62 @@ def test_a_dry_run_checks_the_suite_and_shows_prompts_without_evaluating(tmp_pat
     assert bad.returncode == 2 and "model path not found" in bad.stderr, bad.stderr
     bad = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", "--out", "x", cwd=project)
     assert bad.returncode == 2 and "--out does not apply" in bad.stderr, bad.stderr
+
+
+def test_a_dry_run_rehearses_the_gate_it_stands_for(tmp_path: Path) -> None:
+    """Issue #38: no baseline is the gate's exit 2, --record-missing and --sequential are rehearsed
+    (the looks and their items), each group is listed, and a missing --model or --run says which."""
+    project = tmp_path / "p"
+    shutil.copytree(EXAMPLES, project, ignore=shutil.ignore_patterns("checkpoints", "__pycache__", ".gatekeeper"))
+    model = str(EXAMPLES / "checkpoints" / "regressed")
+    first = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", cwd=project)
+    real = _gate("--suite", "gatekeeper.yaml", "--model", model, cwd=project)
+    assert first.returncode == real.returncode == 2 and first.stderr == real.stderr, first.stderr + real.stderr
+    assert "no baseline file; record one on purpose with `gatekeeper gate --record-missing" in first.stderr
+    record = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", "--record-missing", cwd=project)
+    assert record.returncode == 0, record.stderr[-2000:]
+    assert f"baseline: none at {project / '.gatekeeper' / 'baselines' / 'demo.json.gz'}: the gate would record this " \
+           "run as the first baseline" in record.stdout, record.stdout
+    assert "group demo_mc: 2 tasks (demo_arith_mc 225, demo_capitals_mc 200); acc, acc_norm weighted by items; " \
+           "gated: acc (margin 0.02); its tasks gated with it, one family" in record.stdout, record.stdout
+    assert not (project / ".gatekeeper").exists()
+    both = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", "--record-missing", "--sequential",
+                 cwd=project)
+    assert both.returncode == 2 and "--record-missing does not apply" in both.stderr, both.stderr
+
+    shutil.copytree(EXAMPLES / ".gatekeeper", project / ".gatekeeper")
+    looks = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", "--sequential", "--looks", "3",
+                  cwd=project)
+    assert looks.returncode == 0, looks.stderr[-2000:]
+    assert "sequential: 3 looks; a task stops at the first look that decides it" in looks.stdout
+    shown = [line for line in looks.stdout.splitlines() if line.startswith("  look ")]
+    assert len(shown) == 3 and shown[-1].startswith("  look 3: ") and "(then 750 of 750, 100%)" in shown[-1], shown
+    assert sum(int(line.split(": ")[1].split(" items")[0].replace(",", "")) for line in shown) == 750
+    neither = _gate("--suite", "gatekeeper.yaml", cwd=project)
+    assert neither.returncode == 2 and neither.stderr.strip().endswith(
+        "give --model (evaluate now) or --run RUN_DIR (gate an existing run)"), neither.stderr
+
+
+def test_a_group_s_typo_and_a_task_listed_twice_are_named_where_they_are_written(tmp_path: Path) -> None:
+    """Issue #38: a group YAML listing a misspelled task was lm-eval's TypeError; a group listed
+    beside its own task named neither entry."""
+    project = tmp_path / "p"
+    shutil.copytree(EXAMPLES, project, ignore=shutil.ignore_patterns("checkpoints", "__pycache__"))
+    model = str(EXAMPLES / "checkpoints" / "regressed")
+    group = project / "tasks" / "demo_mc.yaml"
+    text = group.read_text()
+    group.write_text(text.replace("  - demo_capitals_mc", "  - demo_captals_mc"))
+    typo = _gate("--suite", "gatekeeper.yaml", "--model", model, "--dry-run", cwd=project)
+    assert typo.returncode == 2, typo.stderr
+    assert typo.stderr.strip().splitlines()[-1] == (
+        f"gatekeeper: error: {group}:4: group 'demo_mc' lists task 'demo_captals_mc', which is neither in the "
+        "include_path nor among lm-eval's bundled tasks; did you mean 'demo_capitals_mc'?")
+    group.write_text(text)
+    suite = (project / "gatekeeper.yaml").read_text()
+    (project / "twice.yaml").write_text(suite.replace(
+        "  - name: demo_arith_gen\n", "  - name: demo_capitals_mc\n    metrics:\n      - {metric: acc}\n"
+        "  - name: demo_arith_gen\n", 1))
+    twice = _gate("--suite", "twice.yaml", "--model", model, "--dry-run", cwd=project)
+    assert twice.returncode == 2
+    assert "twice.yaml:33: tasks[1].name: task 'demo_capitals_mc' is in the suite twice, as group 'demo_mc' at " \
+           "twice.yaml:25 and as itself at twice.yaml:33; keep one entry" in twice.stderr, twice.stderr

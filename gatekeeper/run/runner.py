@@ -291,6 +291,8 @@ class DryRun:
     datasets: dict[str, str] = field(default_factory=dict)  # hub dataset -> the commit it would evaluate
     # leaf task -> (doc_hash, target_hash) of each document it would evaluate, as lm-eval logs them
     hashes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # group -> its leaves and aggregation, as lm-eval will aggregate it (``tasks.group_aggregations``)
+    groups: dict[str, Any] = field(default_factory=dict)
 
 
 def dry_run(suite: Suite, model: str, *, revision: str | None = None, device: str | None = None,
@@ -314,14 +316,14 @@ def _dry_run(suite: Suite, model: str, *, revision: str | None, device: str | No
     settings = _settings(suite, model, revision, device, None, None, None)
     backends.check_available(settings.backend.name, str(suite.path))
     with quiet_output(log, t0):
-        _, _, leaves, plan = _built(suite, settings, preflight, pins)
+        _, top, leaves, plan = _built(suite, settings, preflight, pins)
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
         prompts = {name: rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
     with once_per_process():  # each target template compiled once, not once a document
         hashes = {name: item_hashes(task, items[name]) for name, (task, _) in sorted(leaves.items())}
     return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())),
-                  hashes)
+                  hashes, group_aggregations(top))
 
 
 def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any] | None, pins: DatasetPins

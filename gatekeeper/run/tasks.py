@@ -50,6 +50,9 @@ def load_tasks(suite: Suite, tm: Any) -> tuple[list[Any], dict[str, tuple[Any, A
         except GateError:
             raise
         except Exception as exc:  # noqa: BLE001 - lm-eval raises anything from YAML, datasets, jinja
+            unknown = _unknown_member(tm, spec.name)
+            if unknown:
+                raise GateError(unknown) from None
             raise GateError(f"{suite.path}: task {spec.name!r} failed to load: {one_line(exc)}") from None
         if spec.name in loaded["groups"]:
             top.append(loaded["groups"][spec.name])
@@ -59,11 +62,62 @@ def load_tasks(suite: Suite, tm: Any) -> tuple[list[Any], dict[str, tuple[Any, A
             top.extend(loaded["tasks"].values())
         for name, task in loaded["tasks"].items():
             if name in leaves:
-                raise GateError(f"{suite.path}: task {name!r} is part of {spec.name!r} and of another suite task")
+                raise GateError(_twice(name, leaves[name][1], spec, suite))
             _apply_overrides(task, spec)
             leaves[name] = (task, spec)
         groups.update({g: list(children) for g, children in (loaded.get("group_map") or {}).items()})
     return top, leaves, groups
+
+
+def _twice(name: str, first: Any, second: Any, suite: Suite) -> str:
+    """A leaf two suite entries reach: which entries, where (a task is gated once, under one rule)."""
+    def entry(spec: Any) -> str:
+        how = "itself" if spec.name == name else f"group {spec.name!r}"
+        return f"{how} at {(spec.where or str(suite.path)).split(': ')[0]}"
+    return (f"{second.where or suite.path}: task {name!r} is in the suite twice, as {entry(first)} and as "
+            f"{entry(second)}; keep one entry (a group's rules apply to its tasks, or list the tasks alone)")
+
+
+def _unknown_member(tm: Any, name: str, seen: tuple[str, ...] = ()) -> str | None:
+    """Why a group failed to build, when the cause is a member name no index knows (lm-eval says
+    only ``TypeError: expected str ... not NoneType``): the group file and line, and the closest
+    name. Nested groups are followed."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = tm.task_index.get(name)
+    if entry is None or not entry.yaml_path or entry.kind.name != "GROUP" or name in seen:
+        return None
+    try:
+        members = load_yaml(entry.yaml_path, resolve_func=False).get("task")
+    except Exception:  # noqa: BLE001 - the YAML's own error is lm-eval's message
+        return None
+    members = [members] if isinstance(members, str) else members if isinstance(members, list) else []
+    local = sorted(tm.all_tasks)
+    for member in (m for m in members if isinstance(m, str)):
+        if member in tm.task_index:
+            deeper = _unknown_member(tm, member, (*seen, name))
+            if deeper:
+                return deeper
+            continue
+        bundled = taskindex.bundled_index()
+        if member in bundled:
+            continue
+        return (f"{entry.yaml_path}:{_line_of(Path(entry.yaml_path), member)}: group {name!r} lists task {member!r}, "
+                "which is neither in the include_path nor among lm-eval's bundled tasks"
+                f"{taskindex.suggestion(member, local, sorted(bundled))}")
+    return None
+
+
+def _line_of(path: Path, member: str) -> int:
+    """The line of ``path`` that lists ``member`` (1 when none is found: the file is named anyway)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 1
+    for n, line in enumerate(lines, start=1):
+        if line.strip().lstrip("-").strip().strip("'\"") == member:
+            return n
+    return 1
 
 
 def _suite_datasets(suite: Suite) -> dict[str, Path]:
