@@ -219,7 +219,7 @@ def _looks_preview(suite: Suite, items: dict[str, int], count: int, policy: Poli
     return [f"sequential: {count} looks; a task stops at the first look that decides it, the rest are never "
             "evaluated"] + [
         f"  look {k}: {n:,} items (then {d:,} of {total:,}, {d / total:.0%}), one-sided level {lvl:.3g} before "
-        "the correction" for k, (n, d, lvl) in enumerate(zip(per_look, done, levels), start=1)]
+        "the correction" for k, (n, d, lvl) in enumerate(zip(per_look, done, levels, strict=True), start=1)]
 
 
 def _groups_preview(suite: Suite, groups: dict[str, Any], items: dict[str, int]) -> list[str]:

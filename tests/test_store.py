@@ -20,6 +20,7 @@ import pytest
 from gatekeeper import files
 from gatekeeper.baseline import format as baseline_format
 from gatekeeper.baseline import store
+from gatekeeper.baseline.anchor import load_anchor
 from gatekeeper.compare.compat import check_suite_hash
 from gatekeeper.compare.stats import aggregate
 from gatekeeper.errors import GateError
@@ -140,8 +141,14 @@ def test_corrupted_baseline_is_refused(tmp_path: Path) -> None:
     with pytest.raises(GateError, match="checksum mismatch|not valid JSON|is corrupted"):
         store.load_baseline(path)
     path.write_bytes(gzip.compress(json.dumps(doc).encode())[:300])  # an interrupted copy
-    with pytest.raises(GateError, match=r"b\.json\.gz: baseline file is truncated"):
+    with pytest.raises(GateError, match=r"b\.json\.gz: baseline file is truncated .*; restore it from git "
+                       r"\(`git checkout -- .*b\.json\.gz`\), or re-record it on purpose"):
         store.load_baseline(path)
+    anchor = tmp_path / "b.anchor.json.gz"  # issue #38: an anchor's fix is to restore or re-pin it
+    anchor.write_bytes(path.read_bytes())
+    with pytest.raises(GateError, match=r"b\.anchor\.json\.gz: anchor file is truncated .*; restore it from git "
+                       r"\(`git checkout -- .*`\), or re-pin the anchor on purpose \(`gatekeeper baseline pin"):
+        load_anchor(path.with_name("b.json.gz"))
 
 
 def test_not_a_baseline(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def read(path: Path) -> tuple[dict, RunResults]:
         )
     body = {k: v for k, v in doc.items() if k != "checksum"}
     if doc.get("checksum") != _checksum(body):
-        raise GateError(f"{path}: checksum mismatch (file corrupted or edited by hand)")
+        raise GateError(f"{path}: checksum mismatch (file corrupted or edited by hand); {repair(path)}")
     # The checksum only proves the file is whole (anyone can recompute it): check every field.
     validate_document(path, doc)
     try:
@@ -252,12 +252,12 @@ def _read_document(path: Path) -> dict:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise GateError(f"{path}: baseline is not valid UTF-8 text") from None
+        raise GateError(f"{path}: baseline is not valid UTF-8 text; {repair(path)}") from None
     del raw
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise GateError(f"{path}: baseline is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+        raise GateError(f"{path}: baseline is not valid JSON (line {exc.lineno}, column {exc.colno}); {repair(path)}") from None
     except (ValueError, RecursionError) as exc:  # 4300+ digit integers, arrays nested 1000s deep
         what = "nested too deeply" if isinstance(exc, RecursionError) else "a number with too many digits"
         raise GateError(f"{path}: baseline is not usable JSON ({what})") from None
@@ -266,16 +266,29 @@ def _read_document(path: Path) -> dict:
     return doc
 
 
+def _kind(path: Path) -> str:
+    return "anchor" if Path(path).name.endswith(".anchor.json.gz") else "baseline"
+
+
+def repair(path: Path) -> str:
+    """How to mend a damaged baseline or anchor file: git has the good copy; else make a new one
+    on purpose (an anchor is a reference a person approved, so never silently)."""
+    restore = f"restore it from git (`git checkout -- {path}`)"
+    if _kind(path) == "anchor":
+        return restore + ", or re-pin the anchor on purpose (`gatekeeper baseline pin --current --reason ...`)"
+    return restore + ", or re-record it on purpose (`gatekeeper baseline record RUN_DIR --suite ...`)"
+
+
 def _inflate(path: Path, fh: Any, limit: int) -> bytes:
     """The gzip content of ``fh``, streamed: stops as soon as it would exceed ``limit`` bytes."""
     try:
         with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
             data = gz.read(limit + 1)  # GzipFile inflates incrementally: never more than asked
     except EOFError:
-        raise GateError(f"{path}: baseline file is truncated (gzip data does not decompress)") from None
+        raise GateError(f"{path}: {_kind(path)} file is truncated (gzip data does not decompress); {repair(path)}") from None
     except (gzip.BadGzipFile, zlib.error):
         # gzip's own CRC caught it: damaged bytes.
-        raise GateError(f"{path}: baseline file is corrupted (gzip data does not decompress)") from None
+        raise GateError(f"{path}: {_kind(path)} file is corrupted (gzip data does not decompress); {repair(path)}") from None
     if len(data) > limit:
         raise GateError(
             f"{path}: baseline inflates to more than {limit >> 20} MiB from "
