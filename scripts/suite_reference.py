@@ -51,9 +51,9 @@ tasks:
     num_fewshot: 0
     metrics:
       - {metric: acc_norm, margin: 0.02}   # fail on a significant drop of more than 2 points
-  - name: my_qa                # a task of include_path
+  - name: my_qa                # a task of include_path (`gatekeeper init --new-task my_qa`)
     metrics:
-      - {metric: exact_match, filter: strict-match, margin: 0.02}
+      - {metric: acc, margin: 0.02}        # multiple choice: acc and acc_norm
 ```
 
 **The suite hash.** Keys marked *hashed* define the measurement: changing one means the stored

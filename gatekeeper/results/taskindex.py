@@ -115,9 +115,13 @@ def task_manager(where: dict[str, str], include_path: Path | None, names: list[s
 
     include = str(include_path) if include_path is not None else None
     local: list[str] = []
+    members: list[str] = []
     if include:
         tm = TaskManager(include_path=include, include_defaults=False, metadata=dict(metadata))
-        if all(n in tm.all_tasks for n in names):
+        # A group of the include_path may list bundled tasks (arc_easy, hellaswag, ...): those
+        # need their folders indexed too.
+        members = [m for m in _group_members(tm, names) if m not in tm.all_tasks]
+        if all(n in tm.all_tasks for n in names) and not members:
             return tm
         local = list(tm.all_tasks)
     bundled = bundled_index()
@@ -127,6 +131,8 @@ def task_manager(where: dict[str, str], include_path: Path | None, names: list[s
             places = f"include_path {include_path}" if include else "the suite (no include_path)"
             raise GateError(f"{where.get(name, 'suite')}: task {name!r} is not in {places} nor among lm-eval's "
                             f"{len(bundled):,} bundled tasks{suggestion(name, local, sorted(bundled))}")
+    # A member no index knows is left to lm-eval, whose failure run/tasks.py explains (file:line).
+    missing += [m for m in dict.fromkeys(members) if m in bundled and m not in missing]
     if any(bundled[n]["kind"] == "group" or not bundled[n]["folders"] for n in missing):
         return TaskManager(include_path=include, include_defaults=True, metadata=dict(metadata))
     tasks_dir = _tasks_dir()
@@ -134,6 +140,29 @@ def task_manager(where: dict[str, str], include_path: Path | None, names: list[s
     # The include_path last: it overrides bundled tasks of the same name, as in lm-eval.
     paths = [str(tasks_dir / f) for f in folders] + ([include] if include else [])
     tm = TaskManager(include_path=paths, include_defaults=False, metadata=dict(metadata))
-    if all(n in tm.all_tasks for n in names):
+    if all(n in tm.all_tasks for n in [*names, *missing]):
         return tm
     return TaskManager(include_path=include, include_defaults=True, metadata=dict(metadata))
+
+
+def _group_members(tm: Any, names: list[str]) -> list[str]:
+    """The task names the include_path's groups among ``names`` list, nested groups followed."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    out: list[str] = []
+    todo, seen = list(names), set()
+    while todo:
+        name = todo.pop()
+        entry = tm.task_index.get(name)
+        if name in seen or entry is None or not entry.yaml_path or entry.kind.name != "GROUP":
+            continue
+        seen.add(name)
+        try:
+            listed = load_yaml(entry.yaml_path, resolve_func=False).get("task")
+        except Exception:  # noqa: BLE001 - lm-eval reports a broken YAML when it loads it
+            continue
+        listed = [listed] if isinstance(listed, str) else listed if isinstance(listed, list) else []
+        for member in (m for m in listed if isinstance(m, str)):
+            out.append(member)
+            todo.append(member)
+    return out
