@@ -51,6 +51,13 @@ def _lines(svg: str) -> dict[int, list[tuple[float, float]]]:
     return {int(i): [(float(x), float(y)) for x, y in re.findall(r"[ML]([\d.]+),([\d.]+)", d)] for i, d in found}
 
 
+def _bars(svg: str) -> list[tuple[float, float]]:
+    """(x, top) of each value bar."""
+    group = re.search(r'class="bar-plot-0">(.*?)</g>', svg, re.S)
+    assert group, "no bars"
+    return [(float(x), float(y)) for x, y in re.findall(r'<rect x="([\d.]+)" y="([\d.]+)"', group.group(1))]
+
+
 def test_the_trend_chart_renders_with_its_values_anchor_and_margin_edge(tmp_path: Path) -> None:
     markdown = draw.markdown(_entries())
     block = re.search(r"```mermaid\n(.*?)```", markdown, re.S)
@@ -58,13 +65,15 @@ def test_the_trend_chart_renders_with_its_values_anchor_and_margin_edge(tmp_path
     svg = _render(block.group(1), tmp_path)
     assert "demo_capitals_mc/acc,none" in svg and "Syntax error" not in svg
     lines = _lines(svg)
-    assert sorted(lines) == [0, 1, 2]
-    values, anchor, edge = lines[0], lines[1], lines[2]
+    assert sorted(lines) == [1, 2]
+    anchor, edge = lines[1], lines[2]
+    values = _bars(svg)
     assert len(values) == len(VALUES)
     xs = [x for x, _ in values]
     assert xs == sorted(xs) and len(set(xs)) == len(xs)  # one x per night, none merged
-    # y grows downwards: the order of the points' heights is the order of the values
+    # y grows downwards: the order of the bars' tops is the order of the values
     ys = [y for _, y in values]
+    assert ys[0] == pytest.approx(anchor[0][1])  # the first night equals the anchor: its bar top is the line
     assert sorted(range(len(ys)), key=lambda i: ys[i]) == sorted(range(len(VALUES)), key=lambda i: -VALUES[i])
     assert len({y for _, y in anchor}) == 1 and len({y for _, y in edge}) == 1  # flat: one anchor
     assert edge[0][1] > anchor[0][1]  # anchor - margin is drawn below the anchor
@@ -102,6 +111,7 @@ def test_a_long_history_renders_numbered_nights_in_the_legend_colours(tmp_path: 
     svg = _render(block.group(1), tmp_path)
     strokes = [re.search(r'stroke="([^"]+)"', m).group(1).lower()
                for m in re.findall(r'class="line-plot-\d"[^>]*>\s*<path[^>]*>', svg)]
-    assert strokes == [c.lower() for c in draw.PALETTE], strokes
+    fills = set(re.findall(r'class="bar-plot-0"><rect[^>]*fill="([^"]+)"', svg))
+    assert [*fills, *strokes] == [c.lower() for c in draw.PALETTE], (fills, strokes)
     assert "night, 2026-11-01 to 2026-11-11" in svg and "2026-11-05" not in svg
-    assert len(_lines(svg)[0]) == 11
+    assert len(_bars(svg)) == 11

@@ -3,6 +3,7 @@ anchor family's error rates by fixed-seed simulation (issue #15)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -93,14 +94,27 @@ def test_the_chart_draws_the_values_the_anchor_and_the_margin_edge() -> None:
     entries = [_entry(1, 0.90), _entry(2, 0.88, anchor=0.91), _entry(3, 0.86, anchor=0.91),
                _entry(3, 0.0, event="promote")]  # promotions are not points: the gate measured them
     chart = draw.mermaid(entries)
-    assert chart.startswith(f"{' · '.join(draw.LEGEND)}\n\n```mermaid\n%%{{init:") and chart.endswith("```")
+    assert chart.startswith(f"{draw.legend(True)}\n\n```mermaid\n%%{{init:") and chart.endswith("```")
     assert "\nxychart-beta\n" in chart
-    lines = [line.strip() for line in chart.splitlines() if line.strip().startswith("line [")]
-    assert lines == ["line [0.9, 0.88, 0.86]", "line [0.91, 0.91, 0.91]", "line [0.89, 0.89, 0.89]"]
+    plots = [line.strip() for line in chart.splitlines() if line.strip().startswith(("line [", "bar ["))]
+    # issue #38: the values are bars, so a value equal to the anchor is not hidden under its line
+    assert plots == ["bar [0.9, 0.88, 0.86]", "line [0.91, 0.91, 0.91]", "line [0.89, 0.89, 0.89]"]
     assert 'x-axis ["2026-11-01", "2026-11-02", "2026-11-03"]' in chart
     lower = draw.mermaid([_entry(1, 6.3, anchor=6.2, hib=False)])
-    assert "line [6.3]" in lower and "line [6.22]" in lower  # lower is better: the edge is above
+    assert "bar [6.3]" in lower and "line [6.22]" in lower  # lower is better: the edge is above
+    assert lower.startswith("bars (blue): each night's value · lower line (amber): the anchor · upper line (red)")
     assert draw.sparkline([0.9, 0.88, 0.86]) == "█▅▁"  # halfway is the 5th of 8 steps
+    assert draw.sparkline([0.9, 0.9, 0.9]) == "▄▄▄"  # constant: mid-height, not "at the minimum"
+
+
+def test_gates_in_one_minute_number_the_axis_and_the_legend_reads_without_colour() -> None:
+    """Issue #38: eight gates in one minute gave eight overlapping "12-03 14:36 (k)" labels."""
+    same = [dataclasses.replace(_entry(1, 0.9), date=f"2026-12-03T14:36:0{k}Z") for k in range(8)]
+    assert 'x-axis "gate, 2026-12-03 to 2026-12-03" 1 --> 8' in draw.mermaid(same)
+    two = [dataclasses.replace(_entry(1, 0.9), date=d) for d in ("2026-12-03T09:00:00Z", "2026-12-03T14:36:00Z")]
+    assert 'x-axis ["12-03 09:00", "12-03 14:36"]' in draw.mermaid(two)
+    text = draw.legend(True)
+    assert "bars" in text and "upper line" in text and "lower line" in text and "🟨" not in text
 
 
 def test_untrusted_text_cannot_break_out_of_a_chart_label() -> None:
@@ -294,7 +308,7 @@ def test_long_histories_number_the_nights_and_every_chart_has_a_legend() -> None
     entries = [_entry(d, 0.9) for d in range(1, 13)]
     text = draw.markdown(entries)
     assert 'x-axis "night, 2026-11-01 to 2026-11-12" 1 --> 12' in text
-    assert "🟦 each night's value · 🟨 the anchor · 🟥 the margin's edge" in text
+    assert draw.legend(True) in text
     assert '"plotColorPalette": "#2f81f7, #d4a72c, #e5534b"' in text
     short = draw.markdown(entries[:3])
     assert 'x-axis ["2026-11-01", "2026-11-02", "2026-11-03"]' in short

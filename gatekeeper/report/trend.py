@@ -17,11 +17,21 @@ from gatekeeper.model import TrendEntry, TrendRow
 
 SPARKS = "▁▂▃▄▅▆▇█"
 CHART_POINTS = 60  # nights per chart: a readable x-axis
-DATED_POINTS = 8  # up to this many nights, each is labelled with its date; more: numbered 1..N
-# The three lines, in order: mid-tone colours readable on GitHub's light and dark backgrounds,
-# told apart by hue (blue, amber, red) and named in the legend above each chart.
+DATED_POINTS = 8  # up to this many nights on different days, each is labelled with its day
+TIMED_POINTS = 4  # up to this many gates, some on one day, each is labelled with its day and time
+# Bars for each night's value (a value equal to the anchor stays visible under the anchor's line),
+# then two lines: mid-tone colours readable on GitHub's light and dark backgrounds (blue, amber,
+# red). The legend names shape and position as well as colour, so it reads in greyscale too.
 PALETTE = ("#2f81f7", "#d4a72c", "#e5534b")
-LEGEND = ("🟦 each night's value", "🟨 the anchor", "🟥 the margin's edge")
+
+
+def legend(higher_is_better: bool = True) -> str:
+    """What the chart draws, told by shape and position (colour is only a third cue)."""
+    anchor, edge = ("upper", "lower") if higher_is_better else ("lower", "upper")
+    return (f"bars (blue): each night's value · {anchor} line (amber): the anchor · {edge} line (red): the "
+            "margin's edge (a bar past it is a drop beyond the margin; with margin 0 the lines coincide)")
+
+
 _INIT = ('%%{init: {"themeVariables": {"xyChart": {"plotColorPalette": "' + ", ".join(PALETTE) + '"}}}}%%')
 _LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.,:/()+ -]")
 
@@ -61,13 +71,10 @@ def mermaid(entries: list[TrendEntry], metrics: list[str] | None = None, *, poin
         anchors = [_carry(anchor_value(r), values[i]) for i, (_, r) in enumerate(rows)]
         edges = [_carry(edge(r), anchors[i]) for i, (_, r) in enumerate(rows)]
         lo, hi = _axis([*values, *anchors, *edges])
-        dates = [e.date for e, _ in rows]
-        if len(rows) <= DATED_POINTS:
-            x_axis = "[" + ", ".join(f'"{x}"' for x in _x_labels(dates)) + "]"
-        else:  # dates would overlap: number the nights, and say which dates they span
-            x_axis = f'"night, {_day(dates[0])} to {_day(dates[-1])}" 1 --> {len(rows)}'
+        labels = _x_labels([e.date for e, _ in rows])
+        x_axis = "[" + ", ".join(f'"{x}"' for x in labels) + "]" if labels else _numbered([e.date for e, _ in rows])
         blocks.append("\n".join([
-            f"{LEGEND[0]} · {LEGEND[1]} · {LEGEND[2]}",
+            legend(rows[-1][1].higher_is_better),
             "",
             "```mermaid",
             _INIT,
@@ -75,7 +82,7 @@ def mermaid(entries: list[TrendEntry], metrics: list[str] | None = None, *, poin
             f'    title "{_label(key)}"',
             f"    x-axis {x_axis}",
             f'    y-axis "{_label(key.rsplit("/", 1)[-1])}" {_n(lo)} --> {_n(hi)}',
-            f"    line [{', '.join(_n(v) for v in values)}]",
+            f"    bar [{', '.join(_n(v) for v in values)}]",
             f"    line [{', '.join(_n(v) for v in anchors)}]",
             f"    line [{', '.join(_n(v) for v in edges)}]",
             "```",
@@ -119,7 +126,8 @@ def sparkline(values: list[float]) -> str:
         return ""
     lo, hi = min(finite), max(finite)
     span = hi - lo
-    return "".join(" " if v is None else SPARKS[0 if span == 0 else min(7, int((v - lo) / span * 8))] for v in values)
+    # A constant series is drawn mid-height: all-bottom bars would read "at the minimum".
+    return "".join(" " if v is None else SPARKS[3 if span == 0 else min(7, int((v - lo) / span * 8))] for v in values)
 
 
 def terminal(entries: list[TrendEntry], metrics: list[str] | None = None, *, points: int = 30) -> str:
@@ -163,16 +171,22 @@ def to_json(entries: list[TrendEntry], summary: dict[str, Any], metrics: list[st
 
 
 def _x_labels(dates: list[str]) -> list[str]:
-    """One label per point, all different: Mermaid draws points with equal labels at one x.
-    The day; the time where a day has several gates; a counter where even that repeats."""
+    """One short label per point, all different (Mermaid draws points with equal labels at one x),
+    or [] when they would not fit: the day, up to DATED_POINTS nights on different days; the day
+    and time, up to TIMED_POINTS gates at different minutes; else the axis is numbered."""
     days = [_day(d) for d in dates]
-    labels = [d if days.count(d) == 1 else _label(full[5:16].replace("T", " ")) for d, full in zip(days, dates, strict=True)]
-    seen: dict[str, int] = {}
-    out = []
-    for x in labels:
-        seen[x] = seen.get(x, 0) + 1
-        out.append(x if labels.count(x) == 1 else f"{x} ({seen[x]})")
-    return out
+    if len(set(days)) == len(days) and len(days) <= DATED_POINTS:
+        return days
+    timed = [_label(d[5:16].replace("T", " ")) for d in dates]
+    if len(set(timed)) == len(timed) and len(timed) <= TIMED_POINTS:
+        return timed
+    return []
+
+
+def _numbered(dates: list[str]) -> str:
+    """A numbered x-axis that says which dates it spans (nights, or gates when a day has several)."""
+    what = "night" if len({_day(d) for d in dates}) == len(dates) else "gate"
+    return f'"{what}, {_day(dates[0])} to {_day(dates[-1])}" 1 --> {len(dates)}'
 
 
 def _carry(value: float | None, fallback: float | None) -> float | None:
