@@ -312,3 +312,20 @@ def test_long_histories_number_the_nights_and_every_chart_has_a_legend() -> None
     assert '"plotColorPalette": "#2f81f7, #d4a72c, #e5534b"' in text
     short = draw.markdown(entries[:3])
     assert 'x-axis ["2026-11-01", "2026-11-02", "2026-11-03"]' in short
+
+
+def test_a_drift_comment_shows_the_rows_that_decide_it_first() -> None:
+    """Issue #38: the ❌ rows against the anchor sat under an all-✅ table against the promoted
+    baseline; a skimmer saw green first."""
+    from gatekeeper.report.markdown import render_markdown
+
+    rng = np.random.default_rng(38)
+    anchor_items = (rng.random(N_ITEMS) < 0.8).astype(float)
+    now = np.where(rng.random(N_ITEMS) < 0.15, 0.0, anchor_items)  # 15% of the right items broke since
+    baseline = run(fast_series("t", now))
+    out = compare_runs(baseline, run(fast_series("t", now)), POLICY, anchor=run(fast_series("t", anchor_items)))
+    assert out.verdict == "drift"
+    text = render_markdown(out)
+    at_anchor, at_baseline = text.index("**Against the anchor of"), text.index("**Against the baseline**")
+    assert at_anchor < text.index("❌ regressed") < at_baseline and "✅ unchanged" in text[at_baseline:]
+    assert text.index("\n|", at_anchor) < at_baseline  # the anchor's table, then the baseline's

@@ -135,10 +135,14 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
         + _rule_text(pol, len(gated)) + "</sub>",
     ]
     anchored = [c for c in outcome.anchor_comparisons if c.gated]
-    if anchored and outcome.verdict == "drift":  # the reason for the verdict: never folded away
-        core += ["", f"**Against the anchor of {anchor_date(outcome)}** (the reference a person approved; "
-                 "the baseline moves with every promotion, the anchor only with `gatekeeper baseline pin`):",
-                 "", _table(anchored, outcome)]
+    if anchored and outcome.verdict == "drift":
+        # The rows that decide the verdict come first, never folded away: a skimmer must not see
+        # the all-green table against the promoted baseline before the anchor's failures.
+        core = [head, "", f"**Against the anchor of {anchor_date(outcome)}** (the reference a person approved; "
+                "the baseline moves with every promotion, the anchor only with `gatekeeper baseline pin`):",
+                "", _table(anchored, outcome), "",
+                "**Against the baseline** (the last promoted run; small steps that each pass here add up to the "
+                "drift above):", "", *core[2:]]
     # Optional sections, least important last: they are dropped from the end to fit.
     optional: list[tuple[str, str]] = []
     if anchored and outcome.verdict != "drift":
