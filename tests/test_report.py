@@ -12,6 +12,7 @@ import pytest
 from gatekeeper import report, text
 from gatekeeper.compare.compare import compare_runs
 from gatekeeper.report import numbers
+from gatekeeper.report.numbers import confidence
 from gatekeeper.suite.policy import Policy
 from tests.synthetic import run, series
 
@@ -138,3 +139,11 @@ def test_markdown_explains_the_noninferiority_rule():
     md = report.render_markdown(out)
     assert "significantly larger than the margin" in md
     assert report.to_json(out)["policy"]["test"] == "inferiority"
+
+
+def test_an_interval_at_a_tiny_level_never_reads_as_certain():
+    # a sequential interim look tests at alpha/10000-ish: "100%" would claim certainty
+    assert confidence(8.86e-05) == "99.98%"
+    assert confidence(0.025) == "95%"
+    assert confidence(0.0125) == "97.5%"
+    assert confidence(1e-9).startswith("99.9999")

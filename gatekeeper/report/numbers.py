@@ -43,8 +43,18 @@ def delta_cell(c: Comparison) -> str:
     if t.identical:
         return "0 (no item flipped)" if t.counts is not None else "0 (no item changed)"
     lo, hi = c.interval
-    conf = f"{(1 - 2 * c.level) * 100:.3g}%"
-    return f"{signed(t.delta)} [{signed(lo)}, {signed(hi)}] {conf}"
+    return f"{signed(t.delta)} [{signed(lo)}, {signed(hi)}] {confidence(c.level)}"
+
+
+def confidence(level: float) -> str:
+    """The two-sided confidence of an interval tested at one-sided ``level``: "95%", and at a
+    sequential look's tiny level "99.98%" (never "100%", which would claim certainty)."""
+    pct = (1 - 2 * level) * 100
+    for digits in range(0, 8):
+        text = f"{pct:.{digits}f}"
+        if float(text) < 100 and (digits >= 1 or pct == round(pct)):
+            return text.rstrip("0").rstrip(".") + "%" if "." in text else text + "%"
+    return f"{pct}%"
 
 
 def depths(outcome: Outcome, comparisons: list[Comparison]) -> dict[str, int]:
