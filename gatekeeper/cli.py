@@ -165,6 +165,21 @@ def _policy_from_args(args: argparse.Namespace):
     return policy, suite
 
 
+def _compare_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="compare two lm-eval runs (or a baseline file and a run)")
+    p.add_argument("baseline", help="lm-eval output dir, model subfolder, results_*.json, or baseline .json.gz")
+    p.add_argument("candidate", help="same forms as BASELINE")
+    _add_policy_flags(p)
+    _add_report_flags(p)
+    p.add_argument("--seed", type=_seed_flag, default=0, help="seed for resampling, >= 0 (default 0)")
+    p.add_argument("--also-baseline", action="append", default=[], metavar="PATH",
+                   help="another run of the baseline model (other seed); values are averaged per item")
+    p.add_argument("--also-candidate", action="append", default=[], metavar="PATH",
+                   help="another run of the candidate model (other seed); values are averaged per item")
+    _add_mlflow(p)
+    p.set_defaults(func=cmd_compare)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from gatekeeper.baseline.store import load_any
     from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
@@ -207,6 +222,34 @@ def _measurement(args: argparse.Namespace, *, need_baseline: bool) -> Iterator[t
     with base_tree(Path.cwd(), sha, args.suite, why=f"run from commit {sha[:7]}", need_baseline=need_baseline) as tree:
         _out(f"note: suite, tasks and baseline from commit {sha[:7]} (the working tree supplies the model only)")
         yield tree.suite, tree.baseline
+
+
+def _run_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="run the pinned suite with lm-eval and record provenance")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--model", help="local checkpoint dir or hub id (required unless --complete)")
+    p.add_argument("--revision")
+    p.add_argument("--out", help="output directory (required unless --complete)")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the suite's, else auto)")
+    p.add_argument("--batch-size", help="override the suite's batch size (int or auto)")
+    p.add_argument("--dtype", help="override the suite's dtype")
+    p.add_argument("--limit", type=float, help="override every task's limit (debugging only)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="evaluate only shard K of N (K from 1): 1/N of every task's items; "
+                        "join the N shard folders with `gatekeeper merge`")
+    p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
+                   "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
+    p.add_argument("--look", metavar="K/L", help="evaluate only look K of a sequential gate of L looks (one wave of a "
+                   "sharded workflow; with --shard k/N the k-th slice of it); judge with `gate --sequential --run DIR`")
+    p.add_argument("--done", metavar="TASKS", help="with --look: tasks earlier looks stopped (comma-separated; the "
+                   "judge's report names them in sequential.next.done)")
+    p.add_argument("--complete", metavar="DIR", help="finish a stopped `gate --sequential --out DIR`: evaluate the "
+                   "items it skipped and write the whole run to DIR/complete (for baseline record|promote)")
+    p.add_argument("--new-data", action="store_true",
+                   help="evaluate every hub dataset at its current head, not at the commit the baseline recorded "
+                        "(to re-record the baseline on new data on purpose; promote then names each move)")
+    _add_from_commit(p)
+    p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -291,12 +334,50 @@ def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: An
     return EXIT_OK
 
 
+def _merge_parser(sub: Any) -> None:
+    p = sub.add_parser("merge", help="join the N folders of `run --shard K/N` into one run")
+    p.add_argument("--out", required=True, help="output directory for the merged run")
+    p.add_argument("shards", nargs="+", metavar="SHARD_DIR", help="the shard folders, all N of them")
+    p.set_defaults(func=cmd_merge)
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from gatekeeper.run.merge import merge_shards
 
     run_dir = merge_shards([Path(d) for d in args.shards], Path(args.out))
     _out(f"merged {len(args.shards)} shards into {run_dir}")
     return EXIT_OK
+
+
+def _gate_parser(sub: Any) -> None:
+    p = sub.add_parser("gate", help="run the suite (or take --run), compare with the stored baseline, decide")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--model", help="checkpoint to evaluate now (local dir or hub id)")
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="gate an existing run (`gatekeeper run` or `merge` output) without evaluating")
+    p.add_argument("--revision")
+    p.add_argument("--baseline", help="baseline file (default: the suite's)")
+    p.add_argument("--out", help="run output directory (default: a temporary directory)")
+    p.add_argument("--record-missing", action="store_true",
+                   help="when the baseline file does not exist, record this run as the first baseline "
+                        "(without it, a missing baseline is an error)")
+    p.add_argument("--device")
+    _add_report_flags(p)
+    p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
+    p.add_argument("--sequential", action="store_true",
+                   help="evaluate the items in looks of a seeded random order and stop as soon as the verdict is "
+                        "known (O'Brien-Fleming alpha spending, beta-spending futility); a sample, never a baseline")
+    p.add_argument("--looks", type=int, help="with --sequential: how many looks, 2 to 10 (default: the suite's "
+                   "policy.sequential.looks, else 4)")
+    p.add_argument("--no-history", action="store_true",
+                   help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything a gate checks before it pays for the model (suite, task names, datasets, "
+                        "baseline, margins, device), print the items, a time estimate and 3 rendered prompts per "
+                        "task; evaluate nothing")
+    _add_mlflow(p)
+    _add_from_commit(p)
+    p.set_defaults(func=cmd_gate)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -421,6 +502,22 @@ def _judge_looks(args: argparse.Namespace) -> int:
     return EXIT_OK  # the summary (logged above) says which look comes next
 
 
+def _init_parser(sub: Any) -> None:
+    p = sub.add_parser("init", help="write a suite, task templates and a pull-request workflow")
+    p.add_argument("--tasks", metavar="T1,T2", help="lm-eval tasks, groups or tags to gate (bundled, or in "
+                   "--include-path); each must exist")
+    p.add_argument("--new-task", action="append", default=[], metavar="NAME",
+                   help="write a multiple-choice task template NAME (and a data file) to fill in; repeatable")
+    p.add_argument("--include-path", help="folder of your task YAMLs, relative to --out (default: tasks, "
+                   "when --new-task writes one)")
+    p.add_argument("--name", help="suite name (default: the --out folder's name)")
+    p.add_argument("--model", default="checkpoints/candidate",
+                   help="where pull requests put the checkpoint, relative to the repository (for the workflow)")
+    p.add_argument("--out", default=".", help="folder to write into, the repository root (default: .)")
+    p.add_argument("--no-workflow", action="store_true", help="do not write .github/workflows/gatekeeper.yml")
+    p.set_defaults(func=cmd_init)
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from gatekeeper.suite.scaffold import plan
 
@@ -449,6 +546,31 @@ def _default_name(out: Path) -> str:
     """The folder's name as a suite name (lowercase; other characters become '-')."""
     name = re.sub(r"[^a-z0-9._-]+", "-", Path(os.path.abspath(out)).name.lower()).strip("-.")
     return name or "suite"
+
+
+def _baseline_parser(sub: Any) -> None:
+    p = sub.add_parser("baseline", help="record, promote or show the stored baseline")
+    bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for action, text in (("record", "record RUN_DIR as the suite's first baseline"),
+                         ("promote", "make RUN_DIR the new baseline, keeping the old one in history/")):
+        q = bsub.add_parser(action, help=text)
+        q.add_argument("run_dir", help="a `gatekeeper run` output directory")
+        q.add_argument("--suite", required=True, help="suite file")
+        if action == "record":
+            q.add_argument("--force", action="store_true", help="overwrite an existing baseline")
+        q.set_defaults(func=cmd_baseline)
+    q = bsub.add_parser("show", help="summarise a baseline file")
+    q.add_argument("file", nargs="?", help="baseline file (default: the suite's)")
+    q.add_argument("--suite", help="suite file whose baseline to show")
+    q.set_defaults(func=cmd_baseline)
+    q = bsub.add_parser("pin", help="make RUN_DIR (or --current, the baseline) the anchor: the reference that "
+                        "promotions never move")
+    q.add_argument("run_dir", nargs="?", help="a `gatekeeper run` output directory")
+    q.add_argument("--current", action="store_true", help="pin the current baseline as the anchor")
+    q.add_argument("--suite", required=True, help="suite file")
+    q.add_argument("--reason", required=True, help="why the anchor moves (kept in the history)")
+    q.add_argument("--who", help="who approved it (default: $GITHUB_ACTOR, else git's user.name)")
+    q.set_defaults(func=cmd_baseline)
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -484,6 +606,16 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _history_parser(sub: Any) -> None:
+    p = sub.add_parser("history", help="the suite's gates over time: values, anchor, verdicts, a sparkline")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--baseline", help="baseline file whose history to show (default: the suite's)")
+    p.add_argument("--metric", action="append", metavar="KEY",
+                   help="task/metric,filter, task/metric or a metric name; repeatable (default: every gated one)")
+    p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
+    p.set_defaults(func=cmd_history)
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from gatekeeper.baseline import trend
     from gatekeeper.report import trend as draw
@@ -500,6 +632,29 @@ def cmd_history(args: argparse.Namespace) -> int:
     else:
         _out(draw.terminal(entries, metrics))
     return EXIT_OK
+
+
+def _plan_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="what the suite can resolve, from the baseline's items: MDE, items needed, "
+                       "the sequential saving; before the first GPU hour")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--baseline", help="baseline file to plan from (default: the suite's)")
+    p.add_argument("--against", metavar="RUN", help="a second run of the same items (run folder or baseline file) to "
+                   "measure how much a harmless change moves them (default: the anchor, else the newest history/ entry)")
+    p.add_argument("--flip-rate", type=lambda t: _number_flag(t, float), metavar="SHARE",
+                   help="right/wrong items: the share that flips between two harmless checkpoints "
+                        "(default: measured on the second run, else 0.05 assumed)")
+    p.add_argument("--looks", type=lambda t: _number_flag(t, int), help="looks of the sequential gate to plan for "
+                   "(default: the suite's policy.sequential, else 4)")
+    p.add_argument("--mutants", metavar="MODEL", help="build standard defects (weight noise, a dropped layer, a reset "
+                   "norm, swapped embeddings, int4) and harmless variants (float16 round trip, another batch size) of "
+                   "this local checkpoint, gate each against a run of MODEL, print what the suite catches")
+    p.add_argument("--out", help="with --mutants: keep the reference run, gates (and with --keep the variants) here")
+    p.add_argument("--fixed", action="store_true", help="with --mutants: evaluate every item (default: sequential)")
+    p.add_argument("--keep", action="store_true", help="with --mutants: keep each variant's checkpoint")
+    p.add_argument("--device", help="with --mutants: auto | cpu | cuda | cuda:N")
+    p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
+    p.set_defaults(func=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -627,145 +782,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gatekeeper", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    p = sub.add_parser("compare", help="compare two lm-eval runs (or a baseline file and a run)")
-    p.add_argument("baseline", help="lm-eval output dir, model subfolder, results_*.json, or baseline .json.gz")
-    p.add_argument("candidate", help="same forms as BASELINE")
-    _add_policy_flags(p)
-    _add_report_flags(p)
-    p.add_argument("--seed", type=_seed_flag, default=0, help="seed for resampling, >= 0 (default 0)")
-    p.add_argument("--also-baseline", action="append", default=[], metavar="PATH",
-                   help="another run of the baseline model (other seed); values are averaged per item")
-    p.add_argument("--also-candidate", action="append", default=[], metavar="PATH",
-                   help="another run of the candidate model (other seed); values are averaged per item")
-    _add_mlflow(p)
-    p.set_defaults(func=cmd_compare)
-
-    p = sub.add_parser("run", help="run the pinned suite with lm-eval and record provenance")
-    p.add_argument("--suite", required=True)
-    p.add_argument("--model", help="local checkpoint dir or hub id (required unless --complete)")
-    p.add_argument("--revision")
-    p.add_argument("--out", help="output directory (required unless --complete)")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the suite's, else auto)")
-    p.add_argument("--batch-size", help="override the suite's batch size (int or auto)")
-    p.add_argument("--dtype", help="override the suite's dtype")
-    p.add_argument("--limit", type=float, help="override every task's limit (debugging only)")
-    p.add_argument("--shard", metavar="K/N",
-                   help="evaluate only shard K of N (K from 1): 1/N of every task's items; "
-                        "join the N shard folders with `gatekeeper merge`")
-    p.add_argument("--cache", metavar="DIR", help="keep lm-eval's request cache here: a killed run "
-                   "resumes, an unchanged model re-runs free (default: $GATEKEEPER_CACHE, else off)")
-    p.add_argument("--look", metavar="K/L", help="evaluate only look K of a sequential gate of L looks (one wave of a "
-                   "sharded workflow; with --shard k/N the k-th slice of it); judge with `gate --sequential --run DIR`")
-    p.add_argument("--done", metavar="TASKS", help="with --look: tasks earlier looks stopped (comma-separated; the "
-                   "judge's report names them in sequential.next.done)")
-    p.add_argument("--complete", metavar="DIR", help="finish a stopped `gate --sequential --out DIR`: evaluate the "
-                   "items it skipped and write the whole run to DIR/complete (for baseline record|promote)")
-    p.add_argument("--new-data", action="store_true",
-                   help="evaluate every hub dataset at its current head, not at the commit the baseline recorded "
-                        "(to re-record the baseline on new data on purpose; promote then names each move)")
-    _add_from_commit(p)
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("gate", help="run the suite (or take --run), compare with the stored baseline, decide")
-    p.add_argument("--suite", required=True)
-    p.add_argument("--model", help="checkpoint to evaluate now (local dir or hub id)")
-    p.add_argument("--run", metavar="RUN_DIR",
-                   help="gate an existing run (`gatekeeper run` or `merge` output) without evaluating")
-    p.add_argument("--revision")
-    p.add_argument("--baseline", help="baseline file (default: the suite's)")
-    p.add_argument("--out", help="run output directory (default: a temporary directory)")
-    p.add_argument("--record-missing", action="store_true",
-                   help="when the baseline file does not exist, record this run as the first baseline "
-                        "(without it, a missing baseline is an error)")
-    p.add_argument("--device")
-    _add_report_flags(p)
-    p.add_argument("--print-markdown", action="store_true", help="also print the markdown report")
-    p.add_argument("--sequential", action="store_true",
-                   help="evaluate the items in looks of a seeded random order and stop as soon as the verdict is "
-                        "known (O'Brien-Fleming alpha spending, beta-spending futility); a sample, never a baseline")
-    p.add_argument("--looks", type=int, help="with --sequential: how many looks, 2 to 10 (default: the suite's "
-                   "policy.sequential.looks, else 4)")
-    p.add_argument("--no-history", action="store_true",
-                   help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check everything a gate checks before it pays for the model (suite, task names, datasets, "
-                        "baseline, margins, device), print the items, a time estimate and 3 rendered prompts per "
-                        "task; evaluate nothing")
-    _add_mlflow(p)
-    _add_from_commit(p)
-    p.set_defaults(func=cmd_gate)
-
-    p = sub.add_parser("init", help="write a suite, task templates and a pull-request workflow")
-    p.add_argument("--tasks", metavar="T1,T2", help="lm-eval tasks, groups or tags to gate (bundled, or in "
-                   "--include-path); each must exist")
-    p.add_argument("--new-task", action="append", default=[], metavar="NAME",
-                   help="write a multiple-choice task template NAME (and a data file) to fill in; repeatable")
-    p.add_argument("--include-path", help="folder of your task YAMLs, relative to --out (default: tasks, "
-                   "when --new-task writes one)")
-    p.add_argument("--name", help="suite name (default: the --out folder's name)")
-    p.add_argument("--model", default="checkpoints/candidate",
-                   help="where pull requests put the checkpoint, relative to the repository (for the workflow)")
-    p.add_argument("--out", default=".", help="folder to write into, the repository root (default: .)")
-    p.add_argument("--no-workflow", action="store_true", help="do not write .github/workflows/gatekeeper.yml")
-    p.set_defaults(func=cmd_init)
-
-    p = sub.add_parser("merge", help="join the N folders of `run --shard K/N` into one run")
-    p.add_argument("--out", required=True, help="output directory for the merged run")
-    p.add_argument("shards", nargs="+", metavar="SHARD_DIR", help="the shard folders, all N of them")
-    p.set_defaults(func=cmd_merge)
-
-    p = sub.add_parser("baseline", help="record, promote or show the stored baseline")
-    bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    for action, text in (("record", "record RUN_DIR as the suite's first baseline"),
-                         ("promote", "make RUN_DIR the new baseline, keeping the old one in history/")):
-        q = bsub.add_parser(action, help=text)
-        q.add_argument("run_dir", help="a `gatekeeper run` output directory")
-        q.add_argument("--suite", required=True, help="suite file")
-        if action == "record":
-            q.add_argument("--force", action="store_true", help="overwrite an existing baseline")
-        q.set_defaults(func=cmd_baseline)
-    q = bsub.add_parser("show", help="summarise a baseline file")
-    q.add_argument("file", nargs="?", help="baseline file (default: the suite's)")
-    q.add_argument("--suite", help="suite file whose baseline to show")
-    q.set_defaults(func=cmd_baseline)
-    q = bsub.add_parser("pin", help="make RUN_DIR (or --current, the baseline) the anchor: the reference that "
-                        "promotions never move")
-    q.add_argument("run_dir", nargs="?", help="a `gatekeeper run` output directory")
-    q.add_argument("--current", action="store_true", help="pin the current baseline as the anchor")
-    q.add_argument("--suite", required=True, help="suite file")
-    q.add_argument("--reason", required=True, help="why the anchor moves (kept in the history)")
-    q.add_argument("--who", help="who approved it (default: $GITHUB_ACTOR, else git's user.name)")
-    q.set_defaults(func=cmd_baseline)
-
-    p = sub.add_parser("history", help="the suite's gates over time: values, anchor, verdicts, a sparkline")
-    p.add_argument("--suite", required=True)
-    p.add_argument("--baseline", help="baseline file whose history to show (default: the suite's)")
-    p.add_argument("--metric", action="append", metavar="KEY",
-                   help="task/metric,filter, task/metric or a metric name; repeatable (default: every gated one)")
-    p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
-    p.set_defaults(func=cmd_history)
-
-    p = sub.add_parser("plan", help="what the suite can resolve, from the baseline's items: MDE, items needed, "
-                       "the sequential saving; before the first GPU hour")
-    p.add_argument("--suite", required=True)
-    p.add_argument("--baseline", help="baseline file to plan from (default: the suite's)")
-    p.add_argument("--against", metavar="RUN", help="a second run of the same items (run folder or baseline file) to "
-                   "measure how much a harmless change moves them (default: the anchor, else the newest history/ entry)")
-    p.add_argument("--flip-rate", type=lambda t: _number_flag(t, float), metavar="SHARE",
-                   help="right/wrong items: the share that flips between two harmless checkpoints "
-                        "(default: measured on the second run, else 0.05 assumed)")
-    p.add_argument("--looks", type=lambda t: _number_flag(t, int), help="looks of the sequential gate to plan for "
-                   "(default: the suite's policy.sequential, else 4)")
-    p.add_argument("--mutants", metavar="MODEL", help="build standard defects (weight noise, a dropped layer, a reset "
-                   "norm, swapped embeddings, int4) and harmless variants (float16 round trip, another batch size) of "
-                   "this local checkpoint, gate each against a run of MODEL, print what the suite catches")
-    p.add_argument("--out", help="with --mutants: keep the reference run, gates (and with --keep the variants) here")
-    p.add_argument("--fixed", action="store_true", help="with --mutants: evaluate every item (default: sequential)")
-    p.add_argument("--keep", action="store_true", help="with --mutants: keep each variant's checkpoint")
-    p.add_argument("--device", help="with --mutants: auto | cpu | cuda | cuda:N")
-    p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
-    p.set_defaults(func=cmd_plan)
+    for add in (_compare_parser, _run_parser, _gate_parser, _init_parser, _merge_parser, _baseline_parser,
+                _history_parser, _plan_parser):
+        add(sub)  # each builder sits beside its handler
     return parser
 
 
