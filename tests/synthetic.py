@@ -62,3 +62,37 @@ def paired_binary(rng: np.random.Generator, n: int, p_break, p_fix) -> tuple[np.
     fixes = (u >= p_break) & (u < p_break + p_fix)
     both_right = ~breaks & ~fixes & (rng.random(n) < 0.6)
     return (breaks | both_right).astype(float), (fixes | both_right).astype(float)
+
+
+# MMLU's 57 test subjects and their sizes (14,042 items; clinical_knowledge is the 265-item one).
+MMLU_SIZES = (100, 135, 152, 100, 265, 144, 100, 100, 100, 173, 102, 100, 235, 114, 145, 378, 126, 100, 310, 203,
+              100, 165, 198, 193, 390, 270, 238, 151, 545, 216, 204, 237, 223, 131, 121, 108, 163, 112, 103, 234,
+              100, 783, 346, 895, 306, 311, 324, 282, 1534, 272, 612, 110, 245, 201, 100, 166, 171)
+
+
+def group_pair(rng: np.random.Generator, drops, *, sizes=MMLU_SIZES, flip: float = 0.04,
+               group: str = "mmlu", weighted: bool = True) -> tuple[RunResults, RunResults]:
+    """(baseline, candidate) runs of an MMLU-like group of right/wrong subtasks: accuracies
+    between 0.3 and 0.9, a share ``flip`` of each subtask's items flipping between two harmless
+    runs (half each way), and subtask t losing ``drops[t]`` accuracy on top (right -> wrong)."""
+    base, cand = [], []
+    for t, (n, d) in enumerate(zip(sizes, drops, strict=True)):
+        acc = rng.uniform(0.3, 0.9)
+        b = (rng.random(n) < acc).astype(float)
+        u = rng.random(n)
+        breaks = (b == 1) & (u < (flip / 2 + d) / acc)
+        fixes = (b == 0) & (u < (flip / 2) / (1 - acc))
+        name = f"{group}_{t:02d}"
+        base.append(replace(fast_series(name, b), key=SeriesKey(name, "none", "acc")))
+        cand.append(replace(fast_series(name, np.where(breaks, 0.0, np.where(fixes, 1.0, b))),
+                            key=SeriesKey(name, "none", "acc")))
+    return (as_group(run(*base, name="base"), group, weighted), as_group(run(*cand, name="cand"), group, weighted))
+
+
+def as_group(r: RunResults, group: str, weighted: bool = True) -> RunResults:
+    """``r`` with every task a subtask of ``group`` (lm-eval's acc aggregate, by size or not)."""
+    leaves = sorted(r.tasks)
+    manifest = {"groups": {group: {"leaves": leaves, "aggregate": [
+        {"metric": "acc", "filter_list": ["none"], "weight_by_size": weighted, "aggregation": "mean"}]}}}
+    return replace(r, group_subtasks={**r.group_subtasks, group: leaves},
+                   provenance=replace(r.provenance, manifest=manifest))

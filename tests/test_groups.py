@@ -98,9 +98,14 @@ def test_nested_groups_are_gated_at_every_level_with_lm_evals_values(project: Pa
     regressed = {k[:2] for k, c in rows.items() if c["verdict"] == "regressed" and c["gated"]}
     assert regressed == {("demo_all", "acc"), ("demo_mc", "acc"), ("demo_capitals_mc", "acc")}
     assert rows[("demo_all", "exact_match", "strict-match")]["verdict"] == "unchanged"
-    # One family: every gated row, groups included, counts in the correction.
+    # One family, the outer group's rows first at half of alpha (compare/family.py); the nested
+    # group and the subtasks share the rest, and the p shown is adjusted under that design.
     gated = [c for c in report["comparisons"] if c["gated"]]
-    assert f"correction over {len(gated)} gated metrics" in (project / "r.md").read_text()
+    assert (f"group rows first: 2 group rows at half of alpha, the other {len(gated) - 2} gated rows share the rest"
+            in (project / "r.md").read_text())
+    shares = {(c["task"], c["metric"]): c["alpha_share"] for c in gated}
+    assert shares[("demo_all", "acc")] == shares[("demo_all", "exact_match")] == 0.25
+    assert sum(shares.values()) == pytest.approx(1.0)
     # Each group's rows before its subtasks', the nested group inside the outer one.
     order = [c["task"] for c in report["comparisons"]]
     assert order.index("demo_all") < order.index("demo_mc") < order.index("demo_arith_mc")

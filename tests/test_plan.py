@@ -54,7 +54,9 @@ def test_plan_prints_each_gated_metric_and_says_what_it_cannot_resolve() -> None
         assert row["resolves"] is (row["margin"] >= row["smallest_margin"]), row
         # The sequential gate's power at the fixed gate's MDE (the fixed gate's: 80%), printed beside it.
         assert 0.65 <= row["sequential_power"] <= 0.80, row
-    assert "the smallest margin 200 items can gate is about 0.038" in out
+    # the subtasks share half of alpha with the group row first (compare/family.py): 0.042, not 0.038
+    assert "the smallest margin 200 items can gate is about 0.042" in out
+    assert group["level"] == pytest.approx(0.025) and caps["level"] == pytest.approx(0.025 / 4)
     assert "at each metric's MDE the sequential gate fails" in out and "(the fixed gate: 80%)" in out
     md = _plan("--format", "markdown").stdout
     assert md.startswith("### gatekeeper plan: demo") and "| demo_capitals_mc acc (none) | 200 |" in md
@@ -64,19 +66,20 @@ def test_the_simulated_power_at_the_printed_mde_is_80_percent() -> None:
     data = json.loads(_plan("--format", "json").stdout)
     rows = [m for m in data["metrics"] if m["flip_rate"] is not None]
     suite = load_suite(SUITE)
-    policy = Policy(alpha=suite.policy.alpha, correction="holm", resamples=200,
-                    rules=[Rule(task="*", metric="*", margin=rows[0]["margin"])])
     rng = np.random.default_rng(2026)
     for row in rows:
-        n, flip, mde, m = row["n"], row["flip_rate"], row["mde"], len(data["metrics"])
+        # The row's metric drops by the MDE, tested at the level the design starts it at (its share
+        # of alpha: the group row first at half, its subtasks a share of the rest).
+        policy = Policy(alpha=row["level"], correction="holm", resamples=200,
+                        rules=[Rule(task="*", metric="*", margin=row["margin"])])
+        assert row["level"] < suite.policy.alpha
+        n, flip, mde = row["n"], row["flip_rate"], row["mde"]
         caught = 0
         trials = 400
         for _ in range(trials):
-            # The row's metric drops by the MDE; the suite's other gated metrics are harmless.
-            pairs = [_pair(rng, n, flip, mde if j == 0 else 0.0) for j in range(m)]
-            out = compare_runs(run(*[fast_series(f"t{j}", b) for j, (b, _) in enumerate(pairs)]),
-                               run(*[fast_series(f"t{j}", c) for j, (_, c) in enumerate(pairs)]), policy)
-            caught += next(c for c in out.comparisons if c.key.task == "t0").verdict == "regressed"
+            b, c = _pair(rng, n, flip, mde)
+            out = compare_runs(run(fast_series("t0", b)), run(fast_series("t0", c)), policy)
+            caught += out.comparisons[0].verdict == "regressed"
         power = caught / trials
         assert 0.75 <= power <= 0.85, (row["task"], row["metric"], mde, power)
 
@@ -163,3 +166,34 @@ def test_mutants_of_the_demo_base_run_end_to_end_and_agree_with_gating_by_hand(t
         assert hand.returncode == rows[name]["exit_code"], (name, hand.stdout[-1000:])
         assert report["verdict"] == rows[name]["verdict"]
         assert report["sequential"]["stopped_at"] == rows[name]["stopped_at"]
+
+
+def test_a_regressed_run_is_no_harmless_pair_to_plan_against(demo_run) -> None:
+    """Issue #37: the spread of a run that regressed against the baseline overstates every MDE."""
+    proc = _plan("--against", str(demo_run("regressed")))
+    assert proc.returncode == 0, proc.stderr
+    assert "it regressed against the baseline (" in proc.stdout and "not a harmless pair" in proc.stdout
+    data = json.loads(_plan("--against", str(demo_run("regressed")), "--format", "json").stdout)
+    assert "demo_capitals_mc acc" in data["against_problem"]
+    assert "harmless pair" not in _plan("--against", str(demo_run("harmless"))).stdout
+
+
+def test_a_group_row_is_planned_without_a_second_run_at_its_share_of_alpha() -> None:
+    """Issue #37: an unweighted group of right/wrong subtasks gets its MDE, smallest margin and
+    'resolves' from the same flip model as its subtasks, at the group share of alpha."""
+    from gatekeeper.compare.plan import plan
+    from tests.synthetic import group_pair
+
+    rng = np.random.default_rng(3710)
+    sizes = (200, 300, 400, 500)
+    base, _ = group_pair(rng, np.zeros(4), sizes=sizes, group="g", weighted=False)
+    result = plan(base, Policy(margin=0.02), suite="s")
+    rows = {r.key.task: r for r in result.rows}
+    g = rows["g"]
+    assert g.group and g.level == pytest.approx(0.025) and rows["g_00"].level == pytest.approx(0.025 / 4)
+    assert np.isfinite(g.mde) and np.isfinite(g.smallest_margin) and g.resolves is not None
+    assert g.n == sum(sizes) and g.spread_from == "assumed"
+    # the mean of 4 subtask means moves like n_eff = 16 / sum(1/n_t) items, less than the 1,400 pooled
+    n_eff = 16 / sum(1 / x for x in sizes)
+    from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
+    assert g.mde == pytest.approx(mcnemar_mde(int(round(n_eff)), 0.05, 0.02, 0.025, 0.8))

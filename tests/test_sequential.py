@@ -13,6 +13,7 @@ from scipy.stats import norm
 
 from gatekeeper.compare import sequential as seq
 from gatekeeper.compare.compare import compare_runs
+from gatekeeper.compare.stats.multiplicity import Graph, graph_levels
 from gatekeeper.suite.policy import Policy, Rule
 from tests.synthetic import fast_series, run
 
@@ -275,7 +276,7 @@ def test_a_drift_since_the_anchor_is_not_passed_early() -> None:
 def test_the_suite_wide_false_alarm_rate_stays_at_alpha_over_looks_and_metrics(m: int, looks: int) -> None:
     """Issue #26: m independent continuous metrics, no change, normal theory (each metric's
     statistic a Brownian path over the looks), 200,000 runs. Holm with each rank on its own
-    O'Brien-Fleming boundary (``holm_look_levels``, what the gate uses) keeps the suite at alpha;
+    O'Brien-Fleming boundary (``share_level`` on Holm's graph, what the gate uses) keeps the suite at alpha;
     dividing the look's level by m (the gate before) did not: 0.0535 at m = 10, 4 looks."""
     rng = np.random.default_rng(2600 + m)
     t = seq.fractions(looks)
@@ -291,7 +292,7 @@ def test_the_suite_wide_false_alarm_rate_stays_at_alpha_over_looks_and_metrics(m
     assert exact <= ALPHA + 2 * se, exact
     assert before > ALPHA + 2 * se, before  # the old split was over alpha
     # The gate's function gives exactly these levels: the smallest p at the first rank's boundary.
-    levels = seq.holm_look_levels(np.linspace(1e-6, 0.5, m), t, 1, ALPHA)
+    levels = graph_levels(np.linspace(1e-6, 0.5, m), Graph.holm(m), ALPHA, seq.share_level(t, 1))
     assert levels[0] == pytest.approx(first[0], rel=1e-12)
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from gatekeeper.compare import family as family_design
 from gatekeeper.compare import margins, sequential, stats
 from gatekeeper.compare.compat import check_compatible, pair_series
 from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Comparison, Outcome
@@ -145,30 +146,57 @@ def compare_runs(
     gated_idx = [i for i, t in enumerate(family) if t.gated]
     correction = _correction(policy)
     raw = np.array([family[i].p for i in gated_idx])
-    if policy.look is not None and correction == "holm" and raw.size:
-        # A sequential look: each Holm rank on its own boundary; the adjusted p is scaled so that
-        # adjusted < the look's alpha exactly when p < its level (what the verdict reads).
+    shares = alpha_design(family, gated_idx, len(tested), candidate, policy)
+    if policy.look is not None and correction in ("holm", "bonferroni") and raw.size:
+        # A sequential look: each row on the group-sequential boundary of the share of alpha it
+        # holds (Maurer & Bretz 2013); the adjusted p is scaled so that adjusted < the look's
+        # alpha exactly when p < its level (what the verdict reads).
         look, fractions, overall = policy.look
-        look_levels = sequential.holm_look_levels(raw, np.asarray(fractions), look, overall)
+        look_levels = stats.graph_levels(raw, shares.graph, overall,
+                                         sequential.share_level(np.asarray(fractions), look))
         levels = dict(zip(gated_idx, look_levels.tolist(), strict=True))
-        adjusted = dict(zip(gated_idx, np.minimum(1.0, raw * policy.alpha / look_levels).tolist(), strict=True))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = np.where(look_levels > 0, raw * policy.alpha / look_levels, 1.0)
+        adjusted = dict(zip(gated_idx, np.minimum(1.0, scaled).tolist(), strict=True))
+    elif correction in ("holm", "bonferroni"):
+        adjusted = dict(zip(gated_idx, stats.graph_adjusted(raw, shares.graph).tolist(), strict=True))
+        levels = dict(zip(gated_idx, stats.graph_levels(raw, shares.graph, policy.alpha).tolist(), strict=True))
     else:
         adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
         levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
-    # MDE at the per-comparison alpha a Bonferroni split would give: Holm is never stricter.
-    per_alpha = policy.alpha / max(1, len(gated_idx)) if correction != "none" else policy.alpha
+    # A row that holds no share when the procedure stops (a subtask too small to reach one, a
+    # nested group whose group was not rejected) shows its interval at the smallest share held:
+    # its p is above that level too, so interval and verdict still agree.
+    held = shares.graph.weights[shares.graph.weights > 0]
+    if held.size:
+        for i in gated_idx:
+            if levels[i] <= 0:
+                levels[i] = (float(policy.alpha * held.min()) if policy.look is None else
+                             sequential.share_level(np.asarray(policy.look[1]), policy.look[0])(
+                                 policy.look[2] * float(held.min())))
+    # MDE at the share of alpha each row starts with (the procedure is never stricter than that).
+    start = (shares.graph.weights if correction in ("holm", "bonferroni")
+             else np.full(len(gated_idx), 1.0 / max(1, len(gated_idx)) if correction != "none" else 1.0))
+    share = dict(zip(gated_idx, start.tolist(), strict=True))
+    # (a row that starts with none: at the smallest share held, what it would need to be tested)
+    floor = float(start[start > 0].min()) if (start > 0).any() else 1.0
+    per_alpha = {i: policy.alpha * (share.get(i, 1.0) or floor) for i in range(len(family))}
 
-    decided = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha, policy)
+    decided = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha.get(i, policy.alpha), policy)
                for i, t in enumerate(family)]
+    for i, c in enumerate(decided):
+        c.share = share.get(i, 1.0)
     comparisons, anchor_comparisons = decided[:len(tested)], decided[len(tested):]
     # A sequential look's resolution is the suite's, not its sample's: the tests projected to the
     # whole item counts, at the suite's alpha (the final look's comparison, with every item).
-    whole_tested, whole, whole_alpha = _whole_suite(tested, comparisons, policy, len(gated_idx), per_alpha)
+    overall = policy.look[2] if policy.look is not None else policy.alpha
+    whole_alpha = [overall * (share.get(i, 1.0) or floor) for i in range(len(tested))]
+    whole_tested, whole = _whole_suite(tested, comparisons, policy, whole_alpha)
     no_power, weak = margins.after_tests(baseline, whole_tested, whole, whole_alpha, policy, ranges)
     if no_power:
         raise GateError(margins.refusal(no_power))
-    for c in whole:
-        warnings.extend(resolution_warnings(c, whole_alpha, policy.test))
+    for c, a in zip(whole, whole_alpha, strict=True):
+        warnings.extend(resolution_warnings(c, a, policy.test))
     comparisons = [replace(c, mde=w.mde) for c, w in zip(comparisons, whole, strict=True)]
     warnings.extend(moot + weak)
     notes_rounding = [
@@ -201,6 +229,7 @@ def compare_runs(
         anchor=anchor,
         anchor_comparisons=anchor_comparisons,
         drifted=drifted,
+        design=family_design.describe(shares, correction, len(gated_idx)),
     )
 
 
@@ -299,17 +328,17 @@ def _decision_p(test: stats.PairedTest, margin: float, hib: bool, policy: Policy
     return test.p_worse
 
 
-def _whole_suite(tested: list[Tested], comparisons: list[Comparison], policy: Policy, gated: int,
-                 per_alpha: float) -> tuple[list[Tested], list[Comparison], float]:
+def _whole_suite(tested: list[Tested], comparisons: list[Comparison], policy: Policy,
+                 alphas: list[float]) -> tuple[list[Tested], list[Comparison]]:
     """``tested`` and ``comparisons`` as the whole suite would show them: at a sequential look
     (``policy.look_sizes``) each test's spread is scaled from the look's items to the task's (or
-    group's) whole count and its MDE recomputed at the suite's alpha; elsewhere unchanged."""
+    group's) whole count and its MDE recomputed at its share of the suite's alpha (``alphas``);
+    elsewhere unchanged."""
     if policy.look is None or not policy.look_sizes:
-        return tested, comparisons, per_alpha
+        return tested, comparisons
     sizes = policy.look_sizes
-    alpha = policy.look[2] / max(1, gated) if _correction(policy) != "none" else policy.look[2]
     out_t, out_c = [], []
-    for t, c in zip(tested, comparisons, strict=True):
+    for t, c, alpha in zip(tested, comparisons, alphas, strict=True):
         total = sum(sizes.get(task, 0) for task in (t.subtasks or (t.key.task,)))
         if total <= t.test.n or t.test.n <= 0:
             out_t.append(t)
@@ -320,7 +349,7 @@ def _whole_suite(tested: list[Tested], comparisons: list[Comparison], policy: Po
         out_t.append(t)
         out_c.append(replace(c, test=test, mde=mde(test, c.margin, alpha, t.aggregation, t.binary,
                                                                 policy.test == "inferiority")))
-    return out_t, out_c, alpha
+    return out_t, out_c
 
 
 def _scaled(test: PairedTest, n: int) -> PairedTest:
@@ -330,6 +359,24 @@ def _scaled(test: PairedTest, n: int) -> PairedTest:
     return replace(test, n=n, n_clusters=None if test.n_clusters is None else int(round(test.n_clusters * ratio)),
                                se=test.se / math.sqrt(ratio), se_null=test.se_null / math.sqrt(ratio),
                                counts=counts, draws=None)
+
+
+def alpha_design(family: list[Tested], gated_idx: list[int], n_baseline: int, run: RunResults,
+                 policy: Policy) -> family_design.Design:
+    """The multiplicity design over the gated rows of ``family`` (rows from ``n_baseline`` on are
+    against the anchor): ``compare/family.py``."""
+    rows = [family_design.Row(family[i].key, int(i >= n_baseline), family[i].subtasks) for i in gated_idx]
+    min_p = [_min_p(family[i].test) if policy.test == "superiority" else 0.0 for i in gated_idx]
+    return family_design.design(rows, run.parents, policy.group_share, _correction(policy), min_p, policy.alpha)
+
+
+def _min_p(test: PairedTest) -> float:
+    """The smallest p-value a right/wrong row's McNemar test can reach, given its flipped items
+    (every one of them right -> wrong); 0 for the other tests."""
+    if test.counts is None or not test.test.startswith("mcnemar"):
+        return 0.0
+    flips = test.counts[1] + test.counts[2]
+    return 0.5 ** flips * (1.0 if test.test == "mcnemar-exact" else 0.5)
 
 
 def _correction(policy: Policy) -> str:

@@ -49,14 +49,14 @@ def refusal(problems: list[str]) -> str:
 
 
 def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Comparison],
-                per_alpha: float, policy: Policy,
+                per_alpha: list[float], policy: Policy,
                 groups: dict[SeriesKey, MetricSeries] | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings) from each gated comparison's MDE: infinite because of the margin (an
     error), infinite because there are too few items, or above half the metric's range."""
     errors: list[str] = []
     warnings: list[str] = []
     series = {**baseline.series, **(groups or {})}
-    for t, c in zip(tested, comparisons, strict=True):
+    for t, c, alpha in zip(tested, comparisons, per_alpha, strict=True):
         if not c.gated or c.margin <= 0 or math.isnan(c.mde) or policy.test == "non-inferiority":
             continue
         # A row that regressed showed its drop: a warning that it could not would contradict it.
@@ -66,7 +66,7 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
             # Exact only for right/wrong items (McNemar's counts); elsewhere the MDE is a normal
             # approximation, which can read infinite at a handful of items: a warning then.
             exact = t.test.counts is not None
-            without = mde(t.test, 0.0, per_alpha, t.aggregation, t.binary, policy.test == "inferiority")
+            without = mde(t.test, 0.0, alpha, t.aggregation, t.binary, policy.test == "inferiority")
             if exact and math.isfinite(without):
                 errors.append(f"{_source(policy, c.key, parents)}{c.key}: margin {c.margin:g} leaves no drop "
                               f"that {c.test.n} items can show beyond it (the MDE is infinite; at margin 0 it "

@@ -50,6 +50,7 @@ class Comparison:
     within_rounding: bool = False  # the aggregate moved by no more than rounding
     subtasks: tuple[str, ...] = ()  # a group's leaf tasks (its items are theirs); () for a task
     weight_by_size: bool | None = None  # a group's weighting, as lm-eval aggregates it
+    share: float = 1.0  # the share of alpha the multiplicity design started this row with (compare/family.py)
 
     @property
     def is_group(self) -> bool:
@@ -84,6 +85,8 @@ class Outcome:
     anchor: RunResults | None = None
     anchor_comparisons: list[Comparison] = field(default_factory=list)
     drifted: list[Comparison] = field(default_factory=list)
+    # How alpha was shared among the gated rows, in one line (compare/family.describe).
+    design: str = ""
 
     @property
     def inconclusive(self) -> list[Comparison]:

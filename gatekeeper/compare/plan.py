@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.stats import norm
 
-from gatekeeper.compare import sequential
+from gatekeeper.compare import family, sequential
 from gatekeeper.compare.compare import compare_runs
 from gatekeeper.compare.outcome import Comparison
 from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
@@ -51,7 +51,7 @@ class PlanRow:
     key: SeriesKey
     n: int
     margin: float
-    level: float  # the one-sided level the correction leaves one comparison (Holm's worst case)
+    level: float  # the one-sided level the design starts this row at (its share of alpha: compare/family.py)
     test: str  # "mcnemar" or the paired test that measured the spread
     flip_rate: float | None  # right/wrong items: the harmless flip share used
     spread_from: str  # "measured" (a second run) or "assumed"
@@ -75,6 +75,8 @@ class Plan:
     alpha: float
     against: str | None  # the second run the spreads were measured on, None: assumed
     sequential_share: float  # item-weighted over the suite's tasks (a task stops with its last metric)
+    # Why ``against`` does not look like a harmless pair (it regressed against the baseline), "" if it does.
+    against_problem: str = ""
 
 
 def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResults | None = None,
@@ -91,13 +93,31 @@ def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResult
 
     pooled = _with_groups(baseline, metrics)
     gated = [k for k in sorted(pooled.series, key=str) if lookup(k)[1]]
-    level = policy.alpha / max(1, len(gated)) if policy.correction != "none" else policy.alpha
-    paired = _paired(pooled, _with_groups(against, metrics), policy, gated) if against is not None else {}
+    leaves = {gm.key: gm.leaves for gm in metrics}
+    design = family.design([family.Row(k, 0, leaves.get(k, ())) for k in gated], baseline.parents,
+                           policy.group_share, "none" if policy.test == "non-inferiority" else policy.correction)
+    if policy.correction in ("holm", "bonferroni") and policy.test != "non-inferiority":
+        levels = [policy.alpha * w for w in design.graph.weights]
+    else:
+        levels = [policy.alpha / max(1, len(gated)) if policy.correction != "none" else policy.alpha] * len(gated)
+    paired, problem = _paired(pooled, _with_groups(against, metrics), policy, gated) if against is not None else ({}, "")
     rng = np.random.default_rng(seed)
-    rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks, policy.alpha, len(gated),
-                         rng), group=k in group_keys) for k in gated]
+    rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks, rng,
+                         _leaf_sizes(baseline, leaves.get(k), k)), group=k in group_keys)
+            for k, level in zip(gated, levels, strict=True)]
     return Plan(suite, rows, looks, policy.alpha, against_name if against is not None else None,
-                _suite_share(rows))
+                _suite_share(rows), problem)
+
+
+def _leaf_sizes(run: RunResults, leaves: tuple[str, ...] | None, key: SeriesKey) -> list[int] | None:
+    """A group's subtask sizes, when each subtask's items are right/wrong (its spread then follows
+    from the same flip model as theirs); None otherwise."""
+    if not leaves:
+        return None
+    series = [run.series.get(SeriesKey(t, key.filter, key.metric)) for t in leaves]
+    if any(s is None or s.kind != "mean" or s.clusters is not None or not _is_binary(s.values) for s in series):
+        return None
+    return [s.n for s in series]
 
 
 def _with_groups(run: RunResults, metrics: list[groups.GroupMetric]) -> RunResults:
@@ -112,12 +132,24 @@ def _with_groups(run: RunResults, metrics: list[groups.GroupMetric]) -> RunResul
                    provenance=replace(run.provenance, manifest=manifest))
 
 
-def _paired(baseline: RunResults, other: RunResults, policy: Policy, keys: list[SeriesKey]) -> dict[SeriesKey, Comparison]:
-    """The gate's own comparison of the baseline with a second run of its items (its spreads)."""
+def _paired(baseline: RunResults, other: RunResults, policy: Policy,
+            keys: list[SeriesKey]) -> tuple[dict[SeriesKey, Comparison], str]:
+    """The gate's own comparison of the baseline with a second run of its items (its spreads), and
+    why that run does not look like a harmless change ("" when it does): a run that regressed
+    against the baseline moves the items more than a harmless change does, and every spread
+    measured on it overstates the MDE."""
     common = {k: baseline.series[k] for k in keys if k in other.series}
     out = compare_runs(replace(baseline, series=common), replace(other, series={k: other.series[k] for k in common}),
                        policy)
-    return {c.key: c for c in out.comparisons}
+    bad = [c for c in out.comparisons if c.gated and c.verdict == "regressed"]
+    problem = ""
+    if bad:
+        worst = ", ".join(f"{c.key.task} {c.key.metric} {c.test.delta:+.4g}" for c in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        problem = (f"it regressed against the baseline ({worst}{more}): not a harmless pair, so the spreads "
+                   "measured on it overstate the MDE; plan against a run of the baseline's own checkpoint "
+                   "(another seed, batch size or machine)")
+    return {c.key: c for c in out.comparisons}, problem
 
 
 def _is_binary(values: np.ndarray) -> bool:
@@ -129,10 +161,16 @@ def _is_binary(values: np.ndarray) -> bool:
 
 
 def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, paired: Comparison | None,
-         flip_rate: float | None, looks: int, alpha: float, m: int, rng: np.random.Generator) -> PlanRow:
+         flip_rate: float | None, looks: int, rng: np.random.Generator,
+         leaf_sizes: list[int] | None = None) -> PlanRow:
     s = baseline.series[key]
     n = s.n
     binary = s.kind == "mean" and s.clusters is None and _is_binary(s.values)
+    if leaf_sizes and not binary and (paired is None or paired.test.counts is None):
+        # An unweighted group of right/wrong subtasks: the mean of T subtask means moves like the
+        # mean of n_eff = T^2 / sum(1 / n_t) right/wrong items under the same flip model.
+        n = max(1, int(round(len(leaf_sizes) ** 2 / sum(1.0 / x for x in leaf_sizes))))
+        binary = True
     if binary:
         if flip_rate is not None:
             rate, source = flip_rate, "given"
@@ -169,16 +207,16 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
 
     smallest = smallest_margin(lambda m: mde_of(n, m))
     mde = mde_at(n)
-    needed = _items_for(mde_at, 2 * margin, n) if margin > 0 else math.nan
-    share, _ = _sequential_sim(se_full, n, margin, 0.0, looks, alpha, m, rng)
+    needed = _items_for(mde_at, 2 * margin, n) * (s.n / n) if margin > 0 else math.nan  # in real items
+    share, _ = _sequential_sim(se_full, n, margin, 0.0, looks, level, rng)
     # A true drop d of right/wrong items adds d flips per item: the spread at the MDE is wider.
     se_mde = math.sqrt((rate + mde) / n) if binary and math.isfinite(mde) else se_full
-    power = _sequential_sim(se_mde, n, margin, mde, looks, alpha, m, rng)[1] if math.isfinite(mde) else math.nan
+    power = _sequential_sim(se_mde, n, margin, mde, looks, level, rng)[1] if math.isfinite(mde) else math.nan
     resolves = math.isfinite(mde) and (margin <= 0 or mde <= 2 * margin)
     if not resolves:
-        note = (f"the margin {margin:g} is below what {n} items resolve: a drop must reach {mde:.3g} "
-                f"to be caught 4 times in 5; the smallest margin {n:,} items can gate is about {smallest:.2g}")
-    return PlanRow(key, n, margin, level, test, rate, source, mde, needed, share, resolves, note,
+        note = (f"the margin {margin:g} is below what {s.n} items resolve: a drop must reach {mde:.3g} "
+                f"to be caught 4 times in 5; the smallest margin {s.n:,} items can gate is about {smallest:.2g}")
+    return PlanRow(key, s.n, margin, level, test, rate, source, mde, needed, share, resolves, note,
                    sequential_power=power, smallest_margin=smallest)
 
 
@@ -218,15 +256,15 @@ def _items_for(mde_at, target: float, n: int) -> float:
     return float(math.ceil(hi))
 
 
-def _sequential_sim(se: float, n: int, margin: float, drop: float, looks: int, alpha: float, m: int,
+def _sequential_sim(se: float, n: int, margin: float, drop: float, looks: int, share: float,
                     rng: np.random.Generator, sims: int = 4000) -> tuple[float, float]:
     """(expected share of items, chance of failing) of a sequential gate when the true drop is
     ``drop``: the drop estimate after each look is a Brownian path with spread ``se`` at the end;
-    an interim look fails when the drop is shown beyond the margin at its level (Holm's worst
-    rank: the boundary of ``alpha / m``), stops with no regression where ``sequential.futile``
+    an interim look fails when the drop is shown beyond the margin at its level (the boundary of
+    the row's starting share of alpha, ``share``), stops with no regression where ``sequential.futile``
     says so, and the last look applies the fixed rule. Same paths for every call with one seed."""
     t = sequential.fractions(looks)
-    levels = sequential.look_levels(t, alpha / max(1, m))
+    levels = sequential.look_levels(t, share)
     steps = rng.normal(size=(sims, looks)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
     paths = np.cumsum(steps, axis=1)  # B(t) with var t; the estimate at t is drop + se * B(t) / t
     used, failed = np.ones(sims), np.zeros(sims, dtype=bool)

@@ -30,6 +30,7 @@ calls these between them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
@@ -69,27 +70,20 @@ def look_levels(t: np.ndarray, alpha: float) -> np.ndarray:
     return norm.sf(boundaries(tuple(t.tolist()), alpha))
 
 
-def holm_look_levels(p: np.ndarray, t: np.ndarray, look: int, alpha: float) -> np.ndarray:
-    """The level each of ``p``'s comparisons is tested at in look ``look``: Holm's step-down with
-    each rank on its own group-sequential boundary, the smallest p at the O'Brien–Fleming level
-    of ``alpha / m``, the next at that of ``alpha / (m - 1)``, ... (Maurer & Bretz 2013), not the
-    look's level for ``alpha`` divided by m: O'Brien–Fleming's early levels shrink much faster
-    than alpha does, so dividing them spends too much at the first looks (10 metrics, 4 looks:
-    0.0535 suite-wide). ``p[i] < level[i]`` exactly when Holm rejects it; after the first rank
-    that is not rejected, every later one keeps that rank's level (its p is larger)."""
-    p = np.asarray(p, dtype=np.float64)
-    m = p.size
-    if m == 0:
-        return np.empty(0)
-    order = np.argsort(p, kind="stable")
-    ranks = [float(look_levels(t, alpha / (m - j))[look - 1]) for j in range(m)]
-    out = np.empty(m)
-    stop = None
-    for j, i in enumerate(order):
-        if stop is None and not p[i] < ranks[j]:
-            stop = j
-        out[i] = ranks[j if stop is None else stop]
-    return out
+def share_level(t: np.ndarray, look: int) -> Callable[[float], float]:
+    """The level look ``look`` tests a hypothesis at when it holds ``a`` of alpha: the O'Brien–
+    Fleming boundary of ``a`` at that look. A graphical procedure (``stats.graph_levels``) then
+    tests each row on its own group-sequential boundary and, after a rejection, the rows that
+    received its share on the boundary of their new share (Maurer & Bretz 2013), not the look's
+    level for alpha divided among the rows: O'Brien–Fleming's early levels shrink much faster than
+    alpha does, so dividing them spends too much at the first looks (10 metrics, 4 looks: 0.0535
+    suite-wide). With Holm's graph, the smallest p is tested at the boundary of alpha/m, the next
+    at that of alpha/(m-1), ..."""
+    fractions = tuple(np.asarray(t, dtype=np.float64).tolist())
+
+    def level(a: float) -> float:
+        return float(look_levels(np.asarray(fractions), a)[look - 1])
+    return level
 
 
 @lru_cache(maxsize=1024)
@@ -126,7 +120,7 @@ def _below(cs: list[float], cov: np.ndarray) -> float:
     return float(mvn.cdf(np.array(cs)))
 
 
-def alternative(se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, level: float) -> np.ndarray:
+def alternative(se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, level: np.ndarray | float) -> np.ndarray:
     """The drop the gate is designed to catch: the fixed design's MDE at its margin, the drop its
     rule (significant at ``level`` one-sided, and beyond the margin) flags with probability
     ``POWER``: ``max(margin, z_level·σ) + z_power·σ`` with ``σ = se·√t`` the whole suite's spread
@@ -139,7 +133,7 @@ def alternative(se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, lev
 
 
 def futile(drop: np.ndarray, se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, looks: int,
-           level: float, beta: float = FUTILITY_BETA) -> np.ndarray:
+           level: np.ndarray | float, beta: float = FUTILITY_BETA) -> np.ndarray:
     """Where the drop seen on the items so far (estimate ``drop``, spread ``se``, ``n`` items at
     fraction ``t``) is shown below the design alternative (``alternative``) at the interim
     level ``beta / (looks − 1)``: then the comparison may stop with no regression. Never at the
@@ -188,8 +182,8 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, beta: float
     # few items, and a drop within the margin must fail no more often than under the fixed gate.
     if any(c.drop_bounds[0] > c.margin for c in [*outcome.regressions, *outcome.drifted]):
         return LookDecision(look, frac, level, "fail", {})
-    # The final look's level for one metric, as the correction would split it: the MDE's level.
-    final = float(levels[-1]) / max(1, len(gated))
+    # Each row's final-look level for the share of alpha it starts with: its MDE's level.
+    final = np.array([float(look_levels(t, alpha * c.share)[-1]) for c in gated])
     stops = futile([c.drop for c in gated], [c.test.se for c in gated], [c.test.n for c in gated],
                    [c.margin for c in gated], frac, len(t), final, beta)
     flags = {str(c.key): bool(f) for c, f in zip(gated, stops, strict=True)}

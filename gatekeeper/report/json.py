@@ -64,6 +64,7 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "decision_confidence": 1 - 2 * c.level,
         "p_value": finite(c.p_value if c.p_value is not None else t.p_worse),
         "p_adjusted": finite(c.p_adjusted),
+        "alpha_share": c.share if c.gated else None,
         "test": t.test,
         "n_resamples": t.n_resamples,
         "verdict": c.verdict,
@@ -112,6 +113,8 @@ def _report_dict(outcome: Outcome) -> dict[str, Any]:
         "policy": {
             "alpha": outcome.policy.alpha,
             "correction": outcome.policy.correction,
+            "group_share": outcome.policy.group_share,
+            "design": outcome.design,
             "default_margin": outcome.policy.margin,
             "resamples": outcome.policy.resamples,
             "rounding": outcome.policy.rounding,

@@ -46,7 +46,7 @@ def _table(rows: list[Comparison], outcome: Outcome) -> str:
     return "\n".join([_TABLE_HEAD, *(_row(c, depth.get(c.key.task, 0)) for c in rows)])
 
 
-def _rule_text(pol: Any, n_gated: int) -> str:
+def _rule_text(pol: Any, n_gated: int, design: str = "") -> str:
     worse = " Worse, within margin = a significant drop no larger than the margin (not a failure)."
     if pol.test == "non-inferiority":
         return (
@@ -59,11 +59,11 @@ def _rule_text(pol: Any, n_gated: int) -> str:
             "these items show with 80% power when nothing changed." + worse
         )
     if pol.test == "inferiority":
-        rule = (f"Regressed = the drop is significantly larger than the margin: one-sided p (vs. the margin) "
-                f"< {pol.alpha:g} after {pol.correction} correction over {n_gated} gated metrics")
+        rule = (f"Regressed = the drop is significantly larger than the margin: adjusted one-sided p (vs. the "
+                f"margin) < {pol.alpha:g}")
     else:
-        rule = (f"Regressed = drop beyond the margin **and** one-sided p < {pol.alpha:g} after {pol.correction} "
-                f"correction over {n_gated} gated metrics")
+        rule = f"Regressed = drop beyond the margin **and** adjusted one-sided p < {pol.alpha:g}"
+    rule += f" ({design or f'{pol.correction} correction over {n_gated} gated metrics'})"
     return (
         f"{rule}. The interval is two-sided at 1 − 2α′, α′ being the one-sided level that row was tested at "
         "after the correction: regressed rows have its drop-side end past 0, and an end past the margin "
@@ -132,7 +132,7 @@ def render_markdown(outcome: Outcome, ctx: ReportContext | None = None, *, max_c
         _table(gated, outcome) if gated else "_No gated metrics._",
         "",
         "<sub>Δ = candidate − baseline in the metric's units (↑ higher is better, ↓ lower is better). "
-        + _rule_text(pol, len(gated)) + "</sub>",
+        + _rule_text(pol, len(gated), outcome.design) + "</sub>",
     ]
     anchored = [c for c in outcome.anchor_comparisons if c.gated]
     if anchored and outcome.verdict == "drift":

@@ -39,6 +39,8 @@ def _summary(p: Plan) -> list[str]:
     if math.isfinite(p.sequential_share):
         lines.append(f"a sequential gate ({p.looks} looks) is expected to evaluate {p.sequential_share:.0%} of the "
                      "items on a harmless change (the fixed gate: all of them)")
+    if p.against_problem:
+        lines.append(f"warning: {p.against}: {p.against_problem}")
     powers = [r.sequential_power for r in p.rows if math.isfinite(r.sequential_power)]
     if powers:
         low, high = min(powers), max(powers)
@@ -75,6 +77,7 @@ def _finite(x: float) -> float | None:
 def to_json(p: Plan) -> dict[str, Any]:
     return {
         "suite": p.suite, "alpha": p.alpha, "looks": p.looks, "against": p.against,
+        "against_problem": p.against_problem or None,
         "sequential_share": _finite(p.sequential_share),
         "metrics": [{"task": r.key.task, "kind": "group" if r.group else "task", "filter": r.key.filter,
                      "metric": r.key.metric, "n": r.n,

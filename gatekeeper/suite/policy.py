@@ -5,6 +5,7 @@ A policy comes from ``--policy FILE`` (a YAML file with these keys at the top le
 
     alpha: 0.05
     correction: holm          # holm | bonferroni | bh | none
+    group_share: 0.5          # the share of alpha lm-eval groups' rows start with (compare/family.py)
     margin: 0.0               # default margin, in each metric's own units
     resamples: 10000
     rounding: 1e-5            # relative differences up to this are float noise, not change
@@ -80,6 +81,10 @@ class Rule:
 class Policy:
     alpha: float = 0.05
     correction: str = "holm"
+    # The share of alpha the rows of top-level groups start with under holm and bonferroni (the
+    # rest goes to the other rows; a rejected group row passes its share to its members): 0 is one
+    # flat family, as before groups were given their own share (compare/family.py).
+    group_share: float = 0.5
     margin: float = 0.0
     resamples: int = 10000
     rules: list[Rule] = field(default_factory=list)
@@ -94,7 +99,7 @@ class Policy:
     exact_mcnemar: bool = False
     # Set by a sequential gate at an interim or final look (not a suite key): (look, the looks'
     # information fractions, the suite's alpha): Holm then tests each rank on its own
-    # group-sequential boundary (``compare/sequential.holm_look_levels``).
+    # group-sequential boundary of its share (``compare/sequential.share_level``).
     look: tuple[int, tuple[float, ...], float] | None = None
     # Set with ``look``: each leaf task's whole item count. The report's resolution warnings (MDE,
     # "only a collapse fails") are about the suite, not the look's sample: computed at these sizes.
@@ -166,6 +171,9 @@ class Policy:
                 f"{where}: rounding must be between 0 and {MAX_ROUNDING:g} (a relative tolerance; "
                 f"default {DEFAULT_ROUNDING:g}), got {self.rounding}"
             )
+        if not (math.isfinite(self.group_share) and 0 <= self.group_share < 1):
+            raise GateError(f"{where}: group_share must be at least 0 and below 1 (the share of alpha lm-eval "
+                            f"groups' rows start with; default 0.5, 0: one flat family), got {self.group_share}")
         if self.test not in TESTS:
             raise GateError(f"{where}: test must be one of {', '.join(TESTS)}, got {self.test!r}")
 
@@ -173,7 +181,7 @@ class Policy:
     def from_dict(cls, data: dict[str, Any], where: str = "policy") -> Policy:
         if not isinstance(data, dict):
             raise GateError(f"{where}: expected a mapping")
-        known = {"alpha", "correction", "margin", "resamples", "rules", "rounding", "test", "sequential"}
+        known = {"alpha", "correction", "group_share", "margin", "resamples", "rules", "rounding", "test", "sequential"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise GateError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -198,6 +206,7 @@ class Policy:
             policy = cls(
                 alpha=float(data.get("alpha", 0.05)),
                 correction=str(data.get("correction", "holm")),
+                group_share=float(data.get("group_share", 0.5)),
                 margin=float(data.get("margin", 0.0)),
                 resamples=int(data.get("resamples", 10000)),
                 rules=rules,

@@ -49,6 +49,8 @@ def _global_changes(base: Policy, head: Policy) -> list[PolicyChange]:
         before, after = rank.get(base.correction, 0), rank.get(head.correction, 0)
         out.append(PolicyChange("correction", "tightened" if after > before else "loosened",
                                 base.correction, head.correction))
+    if head.group_share != base.group_share:
+        out.append(PolicyChange("group_share", "changed", f"{base.group_share:g}", f"{head.group_share:g}"))
     if head.margin != base.margin:
         out.append(PolicyChange("default margin", _direction(base.margin, head.margin, looser_when_higher=True),
                                 f"{base.margin:g}", f"{head.margin:g}"))
@@ -84,7 +86,7 @@ def policy_changes(
         change = _key_change(key, base, head, tuple(parents.get(key.task, ())))
         if change is not None:
             out.append(change)
-    per_key = any(c.what not in ("alpha", "correction", "default margin", "resamples") for c in out)
+    per_key = any(c.what not in ("alpha", "correction", "group_share", "default margin", "resamples") for c in out)
     if head.rules != base.rules and not per_key:
         out.append(PolicyChange("rules", "changed", f"{len(base.rules)} rules", f"{len(head.rules)} rules"))
     return out

@@ -58,6 +58,7 @@ SEED_DEFAULTS: dict[str, Any] = {"random": 0, "numpy": 1234, "torch": 1234, "few
 POLICY_DEFAULTS: dict[str, Any] = {
     "alpha": 0.05,
     "correction": "holm",
+    "group_share": 0.5,
     "margin": 0.0,
     "resamples": 10000,
     "rounding": DEFAULT_ROUNDING,
@@ -482,7 +483,8 @@ def _policy(doc: dict, path: Path, root: yaml.Node | None = None) -> Policy:
         rules.append(Rule(task=r["task"], filter=r["filter"], metric=r["metric"],
                           margin=None if r["margin"] is None else float(r["margin"]),
                           gate=bool(r["gate"]), where=where("policy", "rules", i, "margin")))
-    policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], margin=float(p["margin"]),
+    policy = Policy(alpha=float(p["alpha"]), correction=p["correction"], group_share=float(p["group_share"]),
+                    margin=float(p["margin"]),
                     resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
                     test=p["test"], margin_where=where("policy", "margin"),
                     sequential_looks=(p["sequential"] or {}).get("looks"),

@@ -5,12 +5,20 @@ for McNemar.
 """
 
 from gatekeeper.compare.stats.aggregate import aggregate
-from gatekeeper.compare.stats.multiplicity import adjust_pvalues, decision_levels, mde, mde_for_rule
+from gatekeeper.compare.stats.multiplicity import (
+    Graph,
+    adjust_pvalues,
+    decision_levels,
+    graph_adjusted,
+    graph_levels,
+    mde,
+    mde_for_rule,
+)
 from gatekeeper.compare.stats.paired import paired_test
 from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.compare.stats.rounding import aggregate_within_floor, snap_rounding, within_floor
 
 __all__ = [
-    "PairedTest", "adjust_pvalues", "aggregate", "aggregate_within_floor", "decision_levels", "mde", "mde_for_rule", "paired_test",
+    "Graph", "PairedTest", "adjust_pvalues", "graph_adjusted", "graph_levels", "aggregate", "aggregate_within_floor", "decision_levels", "mde", "mde_for_rule", "paired_test",
     "snap_rounding", "within_floor",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -128,3 +129,97 @@ def mde_for_rule(margin: float, alpha: float, se_null: Callable[[float], float],
         if hi - lo <= 1e-12 * hi:
             break
     return float(hi)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A graphical multiple test procedure (Bretz, Maurer, Brannath & Posch 2009): each hypothesis
+    starts with a share ``weights[i]`` of alpha (summing to at most 1); when it is rejected its
+    share passes on, ``transitions[i, j]`` of it to hypothesis j (rows summing to at most 1). Holm
+    is the graph of equal weights and equal transitions. Any such graph keeps the chance of any
+    false rejection at alpha (it is a shortcut of a closed test of weighted Bonferroni tests)."""
+
+    weights: np.ndarray  # (m,)
+    transitions: np.ndarray  # (m, m), zero diagonal
+
+    @classmethod
+    def holm(cls, m: int) -> Graph:
+        g = np.full((m, m), 1.0 / max(1, m - 1))
+        np.fill_diagonal(g, 0.0)
+        return cls(np.full(m, 1.0 / max(1, m)), g)
+
+    def check(self) -> None:
+        w, g = self.weights, self.transitions
+        m = w.shape[0]
+        if g.shape != (m, m) or (w < 0).any() or w.sum() > 1 + 1e-9 or (g < 0).any() \
+                or (g.sum(axis=1) > 1 + 1e-9).any() or np.diag(g).any():
+            raise ValueError("a graph needs weights >= 0 summing to at most 1 and transitions >= 0, "
+                             "rows summing to at most 1, none to itself")
+
+
+def _reject(w: np.ndarray, g: np.ndarray, j: int, alive: np.ndarray) -> None:
+    """Algorithm 1 of Bretz et al. (2009), in place: hypothesis j is rejected; its weight passes
+    along its edges, and each path l -> j -> k joins the edge l -> k:
+    g_lk = (g_lk + g_lj g_jk) / (1 - g_lj g_jl)."""
+    alive[j] = False
+    w[alive] += w[j] * g[j, alive]
+    into, out = g[:, j].copy(), g[j, :].copy()
+    scale = 1.0 - into * out  # 1 - g_lj g_jl, per l
+    joined = g + np.outer(into, out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g[:] = np.where(scale[:, None] > 1e-12, joined / scale[:, None], 0.0)
+    np.fill_diagonal(g, 0.0)
+    g[j, :] = 0.0
+    g[:, j] = 0.0
+    w[j] = 0.0
+
+
+def graph_levels(p: np.ndarray, graph: Graph, alpha: float,
+                 level_of: Callable[[float], float] | None = None) -> np.ndarray:
+    """The level each hypothesis is tested at by the graph's sequentially rejective procedure at
+    ``alpha``: ``p[i] < level[i]`` exactly when it is rejected. A hypothesis holding the share
+    ``w`` of alpha is tested at ``level_of(alpha * w)`` (default: ``alpha * w``; a sequential look
+    passes its group-sequential boundary for that share). Rejected ones keep the level they were
+    rejected at, the rest the level they hold when no more can be rejected (0 for a hypothesis
+    that holds no share then, e.g. a subgroup whose group was not rejected)."""
+    p = np.asarray(p, dtype=np.float64)
+    w, g = graph.weights.astype(np.float64).copy(), graph.transitions.astype(np.float64).copy()
+    alive = np.ones(p.shape[0], dtype=bool)
+    levels = np.zeros(p.shape[0])
+    level = level_of or (lambda share: share)
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        now = np.array([level(alpha * x) if x > 0 else 0.0 for x in w[idx]])
+        levels[idx] = now
+        ok = p[idx] < now
+        if not ok.any():
+            break
+        # among those rejectable, the one furthest inside its level first (the order the
+        # adjusted p-values use; the set rejected does not depend on it)
+        with np.errstate(divide="ignore"):
+            j = int(idx[ok][np.argmin(p[idx][ok] / now[ok])])
+        _reject(w, g, j, alive)
+    return levels
+
+
+def graph_adjusted(p: np.ndarray, graph: Graph) -> np.ndarray:
+    """Adjusted p-values of the graph's procedure (Bretz et al. 2011, the sequentially rejective
+    algorithm): ``adjusted[i] < alpha`` exactly when it is rejected at ``alpha``. For Holm's
+    graph they are Holm's adjusted p-values."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.shape[0]
+    w, g = graph.weights.astype(np.float64).copy(), graph.transitions.astype(np.float64).copy()
+    alive = np.ones(m, dtype=bool)
+    out = np.ones(m)
+    running = 0.0
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(w[idx] > 0, p[idx] / w[idx], np.inf)
+        k = int(np.argmin(q))
+        if not np.isfinite(q[k]):
+            break  # nothing left holds a share of alpha: never rejected (adjusted 1)
+        running = max(running, float(q[k]))
+        out[idx[k]] = min(1.0, running)
+        _reject(w, g, int(idx[k]), alive)
+    return out
