@@ -74,8 +74,9 @@ YAML of your `include_path`). Every group with an `aggregate_metric_list` is gat
 all its subtasks' items, `false` the mean of the subtask means), tested over all its items at once
 (McNemar for right/wrong items weighted by size, a paired bootstrap or permutation otherwise), so a
 one-point loss spread over 57 subjects fails the group even when no subject fails alone. Groups,
-subtasks and the anchor comparisons are one Holm family: the chance of any false alarm stays at
-`alpha`. A group's `metrics:` rules set the group's own margin, in the group's units, and apply to
+subtasks and the anchor comparisons are one family, the group rows first at `group_share` of alpha
+(default half; a rejected group row passes its share to its subtasks): the chance of any false alarm
+stays at `alpha` (README: How alpha is shared). A group's `metrics:` rules set the group's own margin, in the group's units, and apply to
 its subtasks unless a rule names them; `subtasks: info` gates the group alone and shows its
 subtasks without failing on them. An MMLU-style suite:
 
