@@ -48,7 +48,7 @@ from gatekeeper.text import escape_untrusted
 # The action always gates: its stages are imported up front (torch and lm-eval stay lazy, in
 # run/), unlike the CLI, whose --help must not pay for numpy and scipy.
 
-COMMANDS = ("gate", "run", "compare", "promote")
+COMMANDS = ("gate", "run", "compare", "promote", "not-evaluated")
 # Events whose GITHUB_SHA (the checkout) is the default branch's latest commit, not the PR's code.
 DEFAULT_BRANCH_EVENTS = ("workflow_run", "issue_comment", "check_run", "check_suite")
 FAIL_ON = ("regression", "never")
@@ -74,6 +74,7 @@ DEFAULTS = {
     "bootstrap": "false",
     "mlflow-tracking-uri": "",  # "" = no MLflow logging; a URI (or a folder) logs one run per gate
     "sequential": "",  # "" = the suite's policy.sequential; "false"; "true" (4 looks); or a number of looks
+    "reason": "",  # command not-evaluated: why this commit has no verdict (a shard or wave job failed)
 }
 FORK_DOC = "docs/action.md#fork-pull-requests"
 
@@ -122,7 +123,7 @@ class Evaluation:
     """What the gate (or another command) produced."""
 
     code: int  # 0 / 1 / 2
-    verdict: str  # pass | fail | drift | ran | promoted | error | refused
+    verdict: str  # pass | fail | drift | ran | promoted | error | refused | not-evaluated
     markdown: str  # the report (comment body without the marker)
     headline: str
     outcome: Any = None
@@ -354,7 +355,7 @@ def evaluate(job: Job, inputs: Inputs) -> Evaluation:
     job.measured_at = checkout.base
     with base_tree(job.workspace, checkout.base, inputs["suite"], baseline_input=inputs["baseline"] or None,
                    bootstrap=inputs.flag("bootstrap"), why=checkout.why,
-                   need_baseline=inputs["command"] != "run") as tree:
+                   need_baseline=inputs["command"] not in ("run", "not-evaluated")) as tree:
         return _with_notes(_evaluate(job, inputs, tree.suite, tree), tree)
 
 
@@ -375,6 +376,8 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
         return Evaluation(0, "promoted", _notice_md(text), text, run_dir=run_dir, suite=suite)
     if command == "compare":
         return _compare(job, inputs, suite, base)
+    if command == "not-evaluated":
+        return not_evaluated(job, inputs["reason"], suite)
     if not inputs["model"]:
         raise GateError(f"input model: required for command {command} (a checkpoint dir, hub id, pointer file, or auto)")
     model = events.resolve_model(inputs["model"], job.event, job.workspace)
@@ -506,6 +509,21 @@ def _judge(job: Job, suite: Suite, base_path: Path, folder: Path, policy: Any) -
                     suite=suite)
     ev.sequential = {"next": f"{nxt['look']}/{nxt['of']}", "done": ",".join(nxt["done"])}
     return ev
+
+
+def not_evaluated(job: Job, reason: str, suite: Suite) -> Evaluation:
+    """A multi-runner workflow whose evaluation jobs failed: no judge ran, so the sticky comment
+    (and the job summary) must say that this commit has no verdict, never keep an earlier
+    commit's. Exit 2: the required job fails, and not as a regression."""
+    reason = escape_untrusted(" ".join((reason or "an evaluation job did not finish").split()), 300)
+    sha = job.event.head_sha or job.env.get("GITHUB_SHA", "")
+    commit = f" for commit `{sha[:7]}`" if sha else ""
+    link = f" ([the run]({job.run_url}))" if job.run_url else ""
+    headline = f"gatekeeper {suite.name}: not evaluated{commit.replace('`', '')}: {reason}"
+    body = (f"### ⚠️ gatekeeper {suite.name}: not evaluated{commit}\n\n"
+            f"{reason}{link}. No verdict was reached for this commit: an earlier verdict no longer applies. "
+            "Re-run the failed jobs to gate it.")
+    return Evaluation(2, "not-evaluated", body, headline, suite=suite)
 
 
 def error_evaluation(message: str, verdict: str = "error") -> Evaluation:

@@ -551,7 +551,8 @@ def _sequential_report(looks: int, steps: list[dict[str, Any]], sizes: dict[str,
     last = steps[-1]
     why = {"fail": "a regression shown beyond its margin at this look's level",
            "pass": "every gated drop shown smaller than the one the gate is designed to catch"}
-    time_note = (f"about {saved:.1f} s of model time saved (the looks' own seconds per request)" if saved is not None
+    time_note = (f"about {saved:.1f} s of model time saved (the skipped items' requests at the looks' measured "
+                 "seconds per request; process starts and model loading not counted)" if saved is not None
                  else "the time saved is not known (the looks' manifests record no request timing)")
     summary = (f"sequential: stopped at look {last['look']} of {looks} ({last['decision']}: "
                f"{why.get(last['decision'], 'the last look')}); {evaluated:,} of {total:,} items evaluated "

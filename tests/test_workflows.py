@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.github_server import FakeGitHub
+from gatekeeper.publish.comment import sticky_marker
+from tests.github_server import BOT, FakeGitHub
 from tests.test_fork_split import EXAMPLES, PR, REPO, WORKFLOWS, Runner, _own, git
 
 pytestmark = pytest.mark.lmeval
@@ -161,7 +162,10 @@ def test_sharded_sequential_workflow_judges_each_wave_and_fails_at_the_second(re
             assert not judge.failed, last.stdout[-3000:] + last.stderr[-2000:]
             assert outputs["next"] == "2/4" and "demo_capitals_mc" not in outputs["done"].split(",")
             assert gh.comment_bodies(PR)[0].startswith("### ⏳")
+            assert not (artifacts / "gatekeeper-report").exists()  # a look that did not decide keeps none
     assert judge.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    # issue #40: the deciding look's report is kept, under the name the other workflows use
+    assert json.loads((artifacts / "gatekeeper-report" / "gatekeeper-report.json").read_text())["verdict"] == "fail"
     assert context["needs.judge-2.outputs.next"] == ""  # look 3 is never evaluated
     bodies = gh.comment_bodies(PR)
     assert len(bodies) == 1 and bodies[0].startswith("### ❌")  # the one sticky comment, edited
@@ -221,19 +225,37 @@ def test_the_required_job_of_the_sequential_workflow_passes_only_on_a_verdict(
         shutil.rmtree(home, ignore_errors=True)
 
 
-@pytest.mark.parametrize("result", ["failure", "cancelled", "skipped"])
-def test_the_sharded_gate_job_always_runs_and_fails_when_a_shard_did(tmp_path: Path, result: str) -> None:
-    job = _jobs("sharded.yml")["gate"]
+@pytest.mark.parametrize(("workflow", "results", "reason"), [
+    ("sharded.yml", {"shard": "failure"}, "a shard job ended 'failure'"),
+    ("sharded.yml", {"shard": "cancelled"}, "a shard job ended 'cancelled'"),
+    ("sharded-sequential.yml", {"look-1": "success", "judge-1": "success", "look-2": "failure"},
+     "job look-2 ended 'failure'"),
+    ("sharded-sequential.yml", {"look-1": "success", "judge-1": "failure"}, "job judge-1 ended 'failure'"),
+])
+def test_a_failed_evaluation_job_replaces_the_earlier_verdict_in_the_comment(
+        repo, gh: FakeGitHub, workflow: str, results: dict[str, str], reason: str) -> None:
+    """Issue #40: the PR's comment holds an earlier commit's pass; this commit's shard or wave
+    job fails, so no judge runs. The required `gate` job must say in the comment and the job
+    summary that this commit was not evaluated, and why, and fail."""
+    ws, base, head, artifacts = repo
+    gh.add_comment(PR, f"{sticky_marker('demo')}\n### ✅ gatekeeper demo: pass\n\ncommit 1111111", user=BOT)
+    job = _jobs(workflow)["gate"]
     assert job["if"] == "always()"
-    home = Path(tempfile.mkdtemp(prefix="gatekeeper-wf-"))
-    home.chmod(0o755)
-    try:
-        (home / "ws").mkdir()
-        runner = Runner(home / "ws", "pull_request", {}, "http://127.0.0.1:9", context={"needs.shard.result": result})
-        last = runner.job(job["steps"][:1], home)
-        assert runner.failed and last.returncode == 1 and f"a shard job ended '{result}'" in last.stdout
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
+    context = {f"needs.{name}.result": results.get(name, "skipped") for name in needs}
+    # the judges that ran said "continue" (a judge that failed wrote no verdict)
+    context.update({f"needs.judge-{k}.outputs.verdict": "continue" if results.get(f"judge-{k}") == "success" else ""
+                    for k in range(1, 5)})
+    runner = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head,
+                    context={**_pr_context(base), **context})
+    last = runner.job(job["steps"], artifacts)
+    assert runner.failed and last.returncode == 2, last.stdout[-3000:] + last.stderr[-2000:]
+    (body,) = gh.comment_bodies(PR)  # the same sticky comment, edited
+    assert body.startswith(f"### ⚠️ gatekeeper demo: not evaluated for commit `{head[:7]}`"), last.stdout[-3000:]
+    assert reason in body.replace("\\", "") and "✅" not in body and "https://github.example/" in body
+    summary = (ws.parent / "summary.md").read_text(encoding="utf-8")
+    assert "not evaluated" in summary and reason in summary.replace("\\", "")
+    assert not (artifacts / "gatekeeper-report").exists()
 
 
 def test_checkpoint_push_to_a_branch_is_gated_against_main(repo, gh: FakeGitHub):
