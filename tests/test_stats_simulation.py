@@ -88,8 +88,8 @@ def test_continuous_suite_false_alarm_rate_at_most_alpha():
 def test_long_tailed_harmless_changes_are_studentized():
     """120 items whose harmless changes have a long tail (most items a little worse, a few much
     better; mean 0): the sign-flip test assumes symmetric changes and fails such a change about
-    10% of the time at alpha 0.05; the bootstrap-t that unclustered means now use about 7%
-    (README: approximate below ~500 items with strongly skewed changes; 5.9% at 500)."""
+    10% of the time at alpha 0.05; the calibrated bootstrap-t that unclustered means use 6%
+    (README: approximate at such sizes with strongly skewed changes; benchmarks/small_levels.py)."""
     rng = np.random.default_rng(21)
     n_sims, n = 600, 120
     flips = studentized = 0

@@ -10,10 +10,10 @@ from gatekeeper.compare.stats.resampling import (
     EXACT_MAX_UNITS,
     Units,
     bootstrap,
-    bootstrap_t,
     permutation_test,
 )
 from gatekeeper.compare.stats.result import PairedTest
+from gatekeeper.compare.stats.studentized import bootstrap_t
 from gatekeeper.results.metrics import MetricKind, kind_named
 
 MIN_CLUSTERS = 20
@@ -27,8 +27,9 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling);
       ``exact``: the exact conditional McNemar p-value instead (a sequential gate's interim looks).
     - other "mean", unclustered: studentized bootstrap (bootstrap-t) of the mean difference,
-      for the p-values and the interval; exact sign-flip permutation when at most 16 items
-      differ (too few for a bootstrap).
+      Hall-transformed and calibrated by a fast double bootstrap (``studentized``), for the
+      p-values and the interval; exact sign-flip permutation when at most 16 items differ (too
+      few for a bootstrap).
     - other kinds with sufficient statistics (ratio, corpus, confusion counts, ...):
       permutation swapping the two runs' values within items, and paired bootstrap, both
       recomputing the aggregate from summed statistics.

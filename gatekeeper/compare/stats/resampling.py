@@ -161,13 +161,13 @@ def permutation_test(units: Units, higher_is_better: bool, n_resamples: int,
         worse, better = tail_counts(t_star, t_obs, tolerance(t_star, level), higher_is_better)
         return PermutationResult(worse / t_star.size, better / t_star.size, True, 0, spread(t_star))
 
-    few = _few_distinct_rows(dm, mp // 4)
+    few = few_distinct_rows(dm, mp // 4)
     if few is not None:
         uniq, counts = few
         # Few distinct differences (e.g. -1/0/+1 per item): only how many units of each kind
         # get swapped matters, and that count is Binomial(n_k, 1/2), exactly.
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
-            return _matmul(rng.binomial(counts, 0.5, size=(size, counts.size)).astype(np.float64), uniq)
+            return matmul(rng.binomial(counts, 0.5, size=(size, counts.size)).astype(np.float64), uniq)
         key = ("few",) + _digest(uniq, counts)
     else:
         draw = _swap_sums(dm)
@@ -197,7 +197,7 @@ def _swap_sums(dm: np.ndarray) -> Callable[[int, np.random.Generator], np.ndarra
     if n_groups * 256 * kc > LUT_MAX_CELLS:
         def by_bits(size: int, rng: np.random.Generator) -> np.ndarray:
             packed = rng.integers(0, 256, size=(size, n_groups), dtype=np.uint8)
-            return _matmul(np.unpackbits(packed, axis=1, count=mp).astype(np.float64), dm)
+            return matmul(np.unpackbits(packed, axis=1, count=mp).astype(np.float64), dm)
         return by_bits
     padded = np.zeros((n_groups * 8, kc))
     padded[:mp] = dm
@@ -213,7 +213,7 @@ def _swap_sums(dm: np.ndarray) -> Callable[[int, np.random.Generator], np.ndarra
     return by_table
 
 
-def _uniform_indices(rng: np.random.Generator, size: int, m: int) -> np.ndarray:
+def uniform_indices(rng: np.random.Generator, size: int, m: int) -> np.ndarray:
     """(size, m) indices uniform on [0, m): 32 random bits each, mapped by multiply-shift
     (Lemire without the rejection step; non-uniformity below m / 2^32, i.e. ~1e-5 relative for
     m = 40,000, far below Monte Carlo noise). About 30% cheaper than ``Generator.integers``."""
@@ -252,38 +252,11 @@ def bootstrap(units: Units, confidence: float, n_resamples: int,
     return percentile_interval(_resampled(x, m, finish, n_resamples, seed_seq), confidence, "e.g. zero counts")
 
 
-def bootstrap_t(diff: np.ndarray, confidence: float, n_resamples: int,
-                seed_seq: np.random.SeedSequence) -> BootstrapResult:
-    """Studentized (bootstrap-t) interval for the mean of paired differences ``diff`` (m,).
-
-    Each resample gives t* = (mean* - mean) / se*, with se* from the resample's own spread; the
-    interval is [mean - q(1-a/2) se, mean - q(a/2) se] (Efron & Tibshirani 1993, ch. 12;
-    Hall 1988). It is second-order accurate where the percentile interval and the sign-flip
-    test are not: on a long-tailed change of 120 items the sign-flip test fails a harmless
-    change 10% of the time at alpha 0.05, the bootstrap-t 7% (tests/test_stats_simulation.py).
-    ``draws`` are mean - t* se, so every other level and the p-values read off them exactly as
-    for the percentile bootstrap."""
-    d = np.asarray(diff, dtype=np.float64)
-    m = d.shape[0]
-    mean = float(d.mean())
-    se = float(d.std(ddof=1)) / np.sqrt(m) if m > 1 else 0.0
-    x = np.column_stack([d, d * d])
-    floor = 1e-12 + 1e-9 * se  # a resample of one repeated value has no spread: t* is large, not inf
-
-    def finish(sums: np.ndarray) -> np.ndarray:
-        mean_star = sums[:, 0] / m
-        var_star = np.maximum(sums[:, 1] - m * mean_star**2, 0.0) / max(m - 1, 1)
-        t_star = (mean_star - mean) / np.maximum(np.sqrt(var_star / m), floor)
-        return mean - t_star * se
-
-    return percentile_interval(_resampled(x, m, finish, n_resamples, seed_seq), confidence, "no spread")
-
-
 def _resampled(x: np.ndarray, m: int, finish: Callable[[np.ndarray], np.ndarray], n_resamples: int,
                seed_seq: np.random.SeedSequence) -> np.ndarray:
     """``finish`` of the column sums of ``n_resamples`` bootstrap resamples of the m rows of x."""
     gather, rebuild = _plan_columns(x, m)
-    few = _few_distinct_rows(gather, m // 8) if gather.shape[1] and m > 64 else None
+    few = few_distinct_rows(gather, m // 8) if gather.shape[1] and m > 64 else None
     if few is not None:
         uniq, row_counts = few
         # Few distinct rows: the resample is fully described by how often each distinct row
@@ -292,7 +265,7 @@ def _resampled(x: np.ndarray, m: int, finish: Callable[[np.ndarray], np.ndarray]
 
         def draw(size: int, rng: np.random.Generator) -> np.ndarray:
             w = rng.multinomial(m, shares, size=size).astype(np.float64)
-            return finish(rebuild(_matmul(w, uniq), size))
+            return finish(rebuild(matmul(w, uniq), size))
     elif gather.shape[1]:
         draw = None
         t_star = finish(rebuild(_bootstrap_sums(gather, n_resamples, seed_seq), n_resamples))
@@ -317,7 +290,7 @@ def percentile_interval(t_star: np.ndarray, confidence: float, why: str = "") ->
     return BootstrapResult(float(lo), float(hi), se, int(t_star.size), t_star)
 
 
-def _few_distinct_rows(x: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+def few_distinct_rows(x: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(distinct rows, their counts) when there are at most ``limit`` of them, else None.
     Checks the first column alone first: sorting rows (axis=0) is much slower."""
     if np.unique(x[:, 0]).size > limit:
@@ -326,7 +299,7 @@ def _few_distinct_rows(x: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarra
     return (uniq, counts) if uniq.shape[0] <= limit else None
 
 
-def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` in row slices small enough for OpenBLAS to stay on one thread."""
     step = max(1, GEMM_MAX_MNK // max(1, a.shape[1] * b.shape[1]))
     if a.shape[0] <= step:
@@ -338,31 +311,43 @@ _COUNTS: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
 _COUNTS_BYTES = [0]  # bytes held in _COUNTS
 
 
-def _draw_counts(m: int, size: int, seed: np.random.SeedSequence) -> np.ndarray:
-    """(size, m): how often each unit is drawn in each of ``size`` resamples of m units."""
-    idx = _uniform_indices(np.random.default_rng(seed), size, m)
-    idx += (np.arange(size, dtype=np.int64) * m)[:, None]
-    counts = np.bincount(idx.ravel(), minlength=size * m).reshape(size, m)
-    top = int(counts.max())
-    return counts.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.int64)
+def _draw_counts(m: int, size: int, seed: np.random.SeedSequence, levels: int = 1) -> np.ndarray:
+    """(size, m): how often each unit is drawn in each of ``size`` resamples of m units. With
+    ``levels`` 2, (2, size, m): those, and one resample drawn from each of them (a double
+    bootstrap's second level)."""
+    rng = np.random.default_rng(seed)
+    offsets = (np.arange(size, dtype=np.int64) * m)[:, None]
+    idx = (uniform_indices(rng, size, m) + offsets).ravel()
+    counts = [np.bincount(idx, minlength=size * m).reshape(size, m)]
+    if levels == 2:
+        second = idx[(uniform_indices(rng, size, m) + offsets).ravel()]
+        counts.append(np.bincount(second, minlength=size * m).reshape(size, m))
+    top = max(int(c.max()) for c in counts)
+    dtype = np.uint8 if top < 256 else np.uint16 if top < 65536 else np.int64
+    if levels == 1:
+        return counts[0].astype(dtype)
+    out = np.empty((2, size, m), dtype=dtype)
+    out[0], out[1] = counts
+    return out
 
 
-def _count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence) -> Iterator[np.ndarray]:
-    """The bootstrap's draw counts, chunk by chunk; kept for the next metric with the same m,
-    resamples and seed when they fit in ``COUNTS_CACHE_BYTES / 2``."""
-    sizes = chunk_sizes(n_resamples, m)
-    key = (m, tuple(sizes), _seed_key(seed_seq))
+def count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence,
+                 levels: int = 1) -> Iterator[np.ndarray]:
+    """The bootstrap's draw counts (``_draw_counts``), chunk by chunk; kept for the next metric
+    with the same m, resamples, seed and levels when they fit in ``COUNTS_CACHE_BYTES / 2``."""
+    sizes = chunk_sizes(n_resamples, m * levels)
+    key = (m, levels, tuple(sizes), _seed_key(seed_seq))
     seeds = seed_seq.spawn(len(sizes))
     hit = _COUNTS.get(key)
     if hit is not None:
         _COUNTS.move_to_end(key)
         yield from hit
         return
-    if m * n_resamples > COUNTS_CACHE_BYTES // 2:  # too big to keep: draw as we go
+    if m * n_resamples * levels > COUNTS_CACHE_BYTES // 2:  # too big to keep: draw as we go
         for size, seed in zip(sizes, seeds, strict=True):
-            yield _draw_counts(m, size, seed)
+            yield _draw_counts(m, size, seed, levels)
         return
-    chunks = [_draw_counts(m, size, seed) for size, seed in zip(sizes, seeds, strict=True)]
+    chunks = [_draw_counts(m, size, seed, levels) for size, seed in zip(sizes, seeds, strict=True)]
     for c in chunks:
         c.flags.writeable = False
     _COUNTS[key] = chunks
@@ -377,8 +362,8 @@ def _bootstrap_sums(x: np.ndarray, n_resamples: int, seed_seq: np.random.SeedSeq
     resample is a vector of draw counts, so a chunk of resamples is one matrix product."""
     out = np.empty((n_resamples, x.shape[1]))
     row = 0
-    for counts in _count_chunks(x.shape[0], n_resamples, seed_seq):
-        out[row : row + counts.shape[0]] = _matmul(counts.astype(np.float64), x)
+    for counts in count_chunks(x.shape[0], n_resamples, seed_seq):
+        out[row : row + counts.shape[0]] = matmul(counts.astype(np.float64), x)
         row += counts.shape[0]
     return out
 
