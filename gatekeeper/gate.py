@@ -673,23 +673,25 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
         return None
 
     try:
-        if sequential_gate:
-            res = run_sequential_gate(suite.path, model, out_dir=out, looks=looks, baseline=reference, device=device,
-                                      log=quiet, batch_size=m.batch_size)
-        else:
-            res = run_gate(suite.path, model, out_dir=out, baseline=reference, device=device, log=quiet,
-                           batch_size=m.batch_size)
+        # The label comes from every item, evaluated once, whatever mode is graded: a sequential
+        # gate's own items would let a gate that stops early call a real defect harmless.
+        full = run_gate(suite.path, model, out_dir=out / "every-item" if sequential_gate else out, baseline=reference,
+                        device=device, log=quiet, batch_size=m.batch_size)
+        res = full if not sequential_gate else run_sequential_gate(
+            suite.path, model, out_dir=out / "sequential", looks=looks, baseline=reference, device=device, log=quiet,
+            batch_size=m.batch_size)
     except GateError as exc:
         log(f"mutants: {m.name} could not be gated: {exc}")
         return plans.MutantRow(m.name, m.defect, m.what, "error", 2, None, None, "", str(exc))
     info = res.report_json.get("sequential") or {}
-    gated = [c for c in res.outcome.comparisons if c.gated] if res.outcome else []
+    gated = [c for c in full.outcome.comparisons if c.gated] if full.outcome else []
     worst = max(gated, key=lambda c: c.drop / (abs(c.test.baseline) or 1.0), default=None)
     text = f"{worst.key.task} {worst.key.metric} {worst.test.delta:+.4f}" if worst is not None else ""
     items = info["evaluated"] / info["total"] if info.get("total") else (1.0 if not sequential_gate else None)
-    beyond = any(c.drop > c.margin for c in gated)
+    beyond, borderline = plans.mutant_label(gated)
     return plans.MutantRow(m.name, m.defect, m.what, res.report_json.get("verdict", ""), res.exit_code, items,
-                           info.get("stopped_at"), text, beyond_margin=beyond)
+                           info.get("stopped_at"), text, beyond_margin=beyond, borderline=borderline,
+                           items_needed=plans.items_to_catch(gated))
 
 
 # ----------------------------------------------------------------------------- one path

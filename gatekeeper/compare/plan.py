@@ -310,14 +310,23 @@ class MutantRow:
     look: int | None  # the look it stopped at (sequential)
     worst: str  # the gated comparison that moved most, e.g. "demo_capitals_mc acc -0.4300"
     error: str | None = None
-    # Measured on the suite's items (those the gate evaluated): some gated drop beyond its margin.
-    # How a variant was made says what it should do to a model; this says what it did to the
-    # suite: 1% weight noise that changes one item in 225 is nothing a gate should fail.
+    # Measured once on every item of the suite, whatever mode is graded: some gated drop beyond
+    # its margin. How a variant was made says what it should do to a model; this says what it did
+    # to the suite: 1% weight noise that changes one item in 225 is nothing a gate should fail.
+    # Never the items a sequential gate chose to read: a gate that stops early would grade itself.
     beyond_margin: bool | None = None
+    # Within one standard error of a margin on every item: the label could go either way, so the
+    # rates leave it out and the summary lists it.
+    borderline: str = ""  # e.g. "demo_capitals_mc acc -0.0222 against a margin of 0.02"
+    items_needed: str = ""  # the items a gated row beyond its margin needs to be caught 80% of the time
 
     @property
     def flagged(self) -> bool:
         return self.exit_code == 1
+
+    @property
+    def counted(self) -> bool:
+        return self.error is None and not self.borderline
 
     @property
     def should_fail(self) -> bool:
@@ -332,6 +341,9 @@ class MutantRow:
         return self.flagged == self.should_fail and self.error is None
 
 
+CATCH_BAR = 0.8  # of the defects a suite should catch, with no false alarm (the project's bar)
+
+
 @dataclass(frozen=True)
 class MutantsPlan:
     suite: str
@@ -340,13 +352,58 @@ class MutantsPlan:
     rows: list[MutantRow]
 
     @property
+    def due(self) -> list[MutantRow]:
+        """The counted variants whose effect on every item is beyond a margin."""
+        return [r for r in self.rows if r.should_fail and r.counted]
+
+    @property
+    def within(self) -> list[MutantRow]:
+        """The counted variants that moved no gated metric beyond its margin."""
+        return [r for r in self.rows if not r.should_fail and r.counted]
+
+    @property
     def catch_rate(self) -> float:
         """Flagged among the variants whose measured effect is beyond a margin."""
-        due = [r for r in self.rows if r.should_fail and r.error is None]
-        return sum(r.flagged for r in due) / len(due) if due else math.nan
+        return sum(r.flagged for r in self.due) / len(self.due) if self.due else math.nan
 
     @property
     def false_alarm_rate(self) -> float:
         """Flagged among the variants that moved no gated metric beyond its margin."""
-        within = [r for r in self.rows if not r.should_fail and r.error is None]
-        return sum(r.flagged for r in within) / len(within) if within else math.nan
+        return sum(r.flagged for r in self.within) / len(self.within) if self.within else math.nan
+
+    @property
+    def meets_bar(self) -> bool:
+        return bool(self.due) and self.catch_rate >= CATCH_BAR and not any(r.flagged for r in self.within)
+
+
+def mutant_label(gated: list[Comparison]) -> tuple[bool, str]:
+    """(some gated drop beyond its margin, the borderline comparison or ""): a variant is
+    borderline when no drop is beyond its margin by more than one standard error and some drop
+    lies within one standard error of it (one item can move it across)."""
+    def near(c: Comparison) -> bool:
+        return abs(c.drop - c.margin) <= c.test.se
+
+    beyond = [c for c in gated if c.drop > c.margin]
+    if any(not near(c) for c in beyond):
+        return True, ""
+    close = [c for c in gated if near(c) and c.test.se > 0]
+    if not close:
+        return bool(beyond), ""
+    c = min(close, key=lambda c: abs(c.drop - c.margin) / c.test.se)
+    return bool(beyond), f"{c.key.task} {c.key.metric} {c.test.delta:+.4f} against a margin of {c.margin:g}"
+
+
+def items_to_catch(gated: list[Comparison], power: float = 0.8) -> str:
+    """How many items the easiest-to-catch drop beyond its margin would need for the gate to catch
+    it with ``power`` (the spread shrinks as 1/sqrt(items), at the row's level), e.g.
+    "demo_capitals_mc acc: about 1,400 items (has 225)"; "" when no drop is beyond its margin."""
+    need = []
+    for c in gated:
+        if c.drop > c.margin and c.test.se > 0 and c.test.n > 0:
+            level = c.level if 0 < c.level < 1 else 0.05 / max(1, len(gated))
+            z = float(norm.ppf(1 - level) + norm.ppf(power))
+            need.append((math.ceil(c.test.n * (z * c.test.se / c.drop) ** 2), c))
+    if not need:
+        return ""
+    n, c = min(need, key=lambda x: x[0])
+    return f"{c.key.task} {c.key.metric}: about {n:,} items (has {c.test.n:,})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gatekeeper.compare.plan import MutantRow, MutantsPlan, Plan, PlanRow
+from gatekeeper.compare.plan import CATCH_BAR, MutantRow, MutantsPlan, Plan, PlanRow
 
 
 def _num(x: float, fmt: str = ".3g") -> str:
@@ -104,6 +104,8 @@ def _effect(r: MutantRow) -> str:
 
 def _mutant_cells(r: MutantRow) -> list[str]:
     ok = "ok" if r.right else ("MISSED" if r.should_fail else "FALSE ALARM")
+    if r.borderline:
+        ok = "borderline"
     if r.error:
         ok = "error"
     items = f"{r.items:.0%}" + (f" (look {r.look})" if r.look else "") if r.items is not None else "–"
@@ -111,19 +113,28 @@ def _mutant_cells(r: MutantRow) -> list[str]:
 
 
 def _mutant_summary(p: MutantsPlan) -> list[str]:
-    due = [r for r in p.rows if r.should_fail and not r.error]
-    within = [r for r in p.rows if not r.should_fail and not r.error]
+    due, within = p.due, p.within
     caught = sum(r.flagged for r in due)
     alarms = sum(r.flagged for r in within)
     errors = [r for r in p.rows if r.error]
     rate = f" ({p.catch_rate:.0%})" if due else ""
     lines = [f"plan --mutants for suite {p.suite} on {p.model} ({'sequential' if p.sequential else 'every item'}): "
              f"caught {caught} of {len(due)} variants that moved a gated metric beyond its margin{rate}, "
-             f"{alarms} false alarm{'s' if alarms != 1 else ''} in {len(within)} that did not"]
+             f"{alarms} false alarm{'s' if alarms != 1 else ''} in {len(within)} that did not "
+             "(each variant labelled once by its effect on every item, whatever mode is graded)"]
+    borderline = [r for r in p.rows if r.borderline and not r.error]
+    if borderline:
+        lines.append("borderline, within one standard error of a margin and not counted: "
+                     + "; ".join(f"{r.name} ({r.borderline}, {'failed' if r.flagged else 'passed'})" for r in borderline))
     quiet = [r.name for r in within if r.defect]
     if quiet:
         lines.append(f"made as defects but within the margins on this suite's items: {', '.join(quiet)} "
                      "(nothing a gate should fail here; a suite that must see them needs more items or smaller margins)")
+    if due and not p.meets_bar:
+        missed = [r for r in due if not r.flagged]
+        lines.append(f"below the bar of {CATCH_BAR:.0%} of such defects caught with no false alarm"
+                     + ("; to catch " + "; ".join(f"{r.name}, {r.items_needed}" for r in missed if r.items_needed)
+                        if any(r.items_needed for r in missed) else ""))
     if errors:
         lines.append(f"{len(errors)} variant(s) could not be gated: " + "; ".join(f"{r.name}: {r.error}" for r in errors))
     return lines
@@ -145,8 +156,11 @@ def mutants_markdown(p: MutantsPlan) -> str:
 
 def mutants_json(p: MutantsPlan) -> dict[str, Any]:
     return {"suite": p.suite, "model": p.model, "sequential": p.sequential, "catch_rate": _finite(p.catch_rate),
-            "false_alarm_rate": _finite(p.false_alarm_rate),
+            "false_alarm_rate": _finite(p.false_alarm_rate), "caught": sum(r.flagged for r in p.due),
+            "counted": len(p.due), "catch_bar": CATCH_BAR, "meets_bar": p.meets_bar,
+            "borderline": [r.name for r in p.rows if r.borderline and not r.error],
             "variants": [{"name": r.name, "defect": r.defect, "what": r.what, "verdict": r.verdict,
-                          "beyond_margin": r.beyond_margin, "should_fail": r.should_fail,
+                          "beyond_margin": r.beyond_margin, "borderline": r.borderline or None,
+                          "counted": r.counted, "items_needed": r.items_needed or None, "should_fail": r.should_fail,
                           "exit_code": r.exit_code, "flagged": r.flagged, "right": r.right, "items": r.items,
                           "stopped_at": r.look, "worst": r.worst or None, "error": r.error} for r in p.rows]}
