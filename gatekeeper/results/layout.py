@@ -28,6 +28,7 @@ from gatekeeper.errors import GateError
 from gatekeeper.files import TooLarge, read_limited
 
 MANIFEST_NAME = "gatekeeper-manifest.json"
+WARNINGS_LOG = "lm-eval-warnings.log"  # every warning lm-eval gave, in full (the log shows each kind once)
 # A manifest lists each look's documents: some MB for a 100k-item suite, never hundreds.
 MAX_MANIFEST_BYTES = 64 << 20
 # lm-eval: datetime.now().isoformat().replace(":", "-"), e.g. 2026-11-30T01-57-33.954527

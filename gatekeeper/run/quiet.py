@@ -1,7 +1,8 @@
 """lm-eval's output made readable in a CI log, and the two signals read from it.
 
-- ``quiet_output``: lm-eval's INFO chatter becomes short progress lines, warnings pass through,
-  no tqdm bars outside a terminal;
+- ``quiet_output``: lm-eval's INFO chatter becomes short progress lines, a warning is shown the
+  first time it is given and counted after that (``Warnings``: one line per kind with its count
+  and tasks, the whole text for the run folder's log), no tqdm bars outside a terminal;
 - ``known_noise``: the two lines every evaluation printed that say nothing about it;
 - ``progress``: rate-limited request progress, and each phase's requests and seconds;
 - ``empty_answers``: counts the endpoint's null answers (lm-eval scores them as "").
@@ -115,12 +116,49 @@ def progress(backend: str, log: Log, t0: float) -> Iterator[progress_lines.Progr
 _NOISE = ("Custom kwargs can be passed", "SHOULD ONLY BE USED FOR TESTING")
 
 
-class _ProgressHandler(logging.Handler):
-    """Turns lm-eval's INFO chatter into short progress lines; passes warnings through."""
+class Warnings:
+    """lm-eval's warnings of one run. A warning lm-eval gives per request (~900 lines of
+    "Combined length of context ..." on MMLU at 5 shots) is shown once and counted; ``summary``
+    gives one line per kind with how often and, where lm-eval named it, for which tasks; ``text``
+    is every warning in full, for the run folder."""
 
-    def __init__(self, log: Log, t0: float) -> None:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.tasks: dict[str, dict[str, int]] = {}
+        self.lines: list[str] = []
+
+    def add(self, message: str, task: str | None) -> bool:
+        """Count ``message``; True the first time its kind (its text, numbers aside) is seen."""
+        self.lines.append(message)
+        kind = re.sub(r"\d+(\.\d+)?", "N", message.splitlines()[0] if message else "")[:300]
+        first = kind not in self.counts
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if task:
+            per = self.tasks.setdefault(kind, {})
+            per[task] = per.get(task, 0) + 1
+        return first
+
+    def summary(self) -> list[str]:
+        out = []
+        for kind, n in self.counts.items():
+            if n > 1:
+                per = self.tasks.get(kind) or {}
+                where = f" ({', '.join(f'{t}: {c}' for t, c in sorted(per.items()))})" if per else ""
+                out.append(f"lm-eval warning given {n} times{where}: {kind}")
+        return out
+
+    def text(self) -> str:
+        return "".join(line.rstrip("\n") + "\n" for line in self.lines)
+
+
+class _ProgressHandler(logging.Handler):
+    """Turns lm-eval's INFO chatter into short progress lines; a warning is passed through the
+    first time it is given and counted after that."""
+
+    def __init__(self, log: Log, t0: float, warnings: Warnings) -> None:
         super().__init__(logging.INFO)
-        self._log, self._t0 = log, t0
+        self._log, self._t0, self._warnings = log, t0, warnings
+        self._task: str | None = None  # the task lm-eval last named (it builds tasks one by one)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -129,13 +167,16 @@ class _ProgressHandler(logging.Handler):
             return
         at = f"[{time.perf_counter() - self._t0:7.1f}s]"
         if m := re.match(r"Building contexts for (\S+)", msg):
+            self._task = m.group(1)
             self._log(f"{at} {m.group(1)}: building prompts")
         elif m := re.match(r"Running (\S+) requests", msg):
+            self._task = None  # requests of every task are mixed from here on
             self._log(f"{at} running {m.group(1)} requests")
         elif m := re.match(r"Cached requests: (\d+), Requests remaining: (\d+)", msg):
             self._log(f"{at} request cache: {m.group(1)} answered from the cache, {m.group(2)} to run")
         elif record.levelno >= logging.WARNING and not any(n in msg for n in _NOISE):
-            self._log(f"{at} lm-eval {record.levelname.lower()}: {msg.splitlines()[0] if msg else ''}")
+            if self._warnings.add(msg, self._task):
+                self._log(f"{at} lm-eval {record.levelname.lower()}: {msg.splitlines()[0] if msg else ''}")
 
 
 class _NoBars(io.TextIOBase):
@@ -163,10 +204,11 @@ class _NoBars(io.TextIOBase):
 
 
 @contextlib.contextmanager
-def quiet_output(log: Log, t0: float) -> Iterator[None]:
-    """lm-eval's log lines → short progress lines; no progress bars outside a terminal."""
+def quiet_output(log: Log, t0: float, warnings: Warnings | None = None) -> Iterator[None]:
+    """lm-eval's log lines → short progress lines; no progress bars outside a terminal.
+    ``warnings`` collects lm-eval's warnings (the caller says when to print its summary)."""
     logger = logging.getLogger("lm_eval")
-    handler = _ProgressHandler(log, t0)
+    handler = _ProgressHandler(log, t0, warnings if warnings is not None else Warnings())
     saved = (logger.level, logger.propagate)
     logger.setLevel(logging.INFO)
     logger.propagate = False

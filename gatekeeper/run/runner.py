@@ -39,7 +39,7 @@ from typing import Any
 
 from gatekeeper.errors import GateError
 from gatekeeper.files import write_json_atomic
-from gatekeeper.results.layout import MANIFEST_NAME
+from gatekeeper.results.layout import MANIFEST_NAME, WARNINGS_LOG
 from gatekeeper.run import backends, cache, hardware, sealed
 from gatekeeper.run.backends import BackendPlan
 from gatekeeper.run.environment import evaluation_env
@@ -56,7 +56,7 @@ from gatekeeper.run.manifest import (
 from gatekeeper.run.modelref import check_model
 from gatekeeper.run.once import once_per_process
 from gatekeeper.run.pins import DatasetPins, pinned
-from gatekeeper.run.quiet import empty_answers, known_noise, progress, quiet_output
+from gatekeeper.run.quiet import Warnings, empty_answers, known_noise, progress, quiet_output
 from gatekeeper.run.selection import IndexList, limits, look_manifest, shard_docs, shard_manifest
 from gatekeeper.run.shard import Shard
 from gatekeeper.run.tasks import (
@@ -205,7 +205,8 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
         settings.cache_key = cache.secret_key()
         log(f"request cache: {settings.cache}_rank0.db")
     pins = pins or DatasetPins()
-    with quiet_output(log, t0):
+    warned = Warnings()
+    with quiet_output(log, t0, warned):
         tm, top, leaves, plan = _built(suite, settings, preflight, pins)
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
         looked = look_manifest(look, top, leaves, settings.limit) if look is not None else None
@@ -217,13 +218,17 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
                                                       if settings.backend.served else ""))
         tmp = Path(tempfile.mkdtemp(prefix=".gatekeeper-run-", dir=out_dir))
     try:
-        with quiet_output(log, t0):
+        with quiet_output(log, t0, warned):
             docs = shard_docs(picked) if picked is not None else (
                 {t: IndexList(d) for t, d in looked.pop("samples").items()} if looked is not None else None)
             produced, results, timing = _evaluate(suite, settings, tm, top, leaves, tmp, log, t0, docs,
                                                   reuse_model and settings.backend.local_device)
         _as_given(results, {str(local): model, _sanitize_model_name(str(local)): _sanitize_model_name(model)}
                   if local is not None else {})
+        for line in warned.summary():
+            log(line)
+        if warned.lines:  # every warning in full, beside the results (the log showed each kind once)
+            (produced / WARNINGS_LOG).write_text(warned.text(), encoding="utf-8")
         ended = utc_now()
         manifest = RunManifest(
             model=model,
