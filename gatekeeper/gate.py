@@ -201,11 +201,23 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
     if looks:
         lines += _looks_preview(suite, checked.items, looks, policy or suite.policy)
     lines += _groups_preview(suite, checked.groups, checked.items)
-    for task, shown in checked.prompts.items():
-        lines.append(f"\n{task}: the first {len(shown)} requests as lm-eval builds them")
-        for context, rest in shown:
-            lines.append(f"  > {_shown(context)}" + (f"  ⟶ {_shown(rest)}" if rest else ""))
+    lines += _prompts_preview(checked.prompts, len(checked.items))
     return "\n".join(lines)
+
+
+def _prompts_preview(prompts: dict[str, list[tuple[str, str, str]]], n_tasks: int) -> list[str]:
+    """Each previewed task's first requests: the end of the prompt (the item's own question, after
+    the shared instructions and few-shot examples), what is scored, and the target."""
+    lines = []
+    if len(prompts) < n_tasks:
+        lines.append(f"\nprompts of {len(prompts)} of {n_tasks} tasks, spread over their names")
+    for task, shown in prompts.items():
+        lines.append(f"\n{task}: the first {len(shown)} requests as lm-eval builds them")
+        for context, rest, target in shown:
+            same = " ".join(target.split()) == " ".join(context.split())  # a perplexity's target is its text
+            lines.append(f"  > {_shown(context, tail=True)}" + (f"  ⟶ {_shown(rest)}" if rest else "")
+                         + (f"  (target: {_shown(target, 80)})" if target and not same else ""))
+    return lines
 
 
 def _looks_preview(suite: Suite, items: dict[str, int], count: int, policy: Policy) -> list[str]:
@@ -273,9 +285,11 @@ def _time_estimate(stored: RunResults | None, items: int) -> str:
     return f"about {wall / done * items:,.0f} s of evaluation, as the baseline's run took on {where}"
 
 
-def _shown(text: str, limit: int = 240) -> str:
+def _shown(text: str, limit: int = 240, *, tail: bool = False) -> str:
     one = " ".join(str(text).split())
-    return one if len(one) <= limit else one[: limit - 1] + "…"
+    if len(one) <= limit:
+        return one
+    return "…" + one[-(limit - 1):] if tail else one[: limit - 1] + "…"
 
 
 def gate_run(

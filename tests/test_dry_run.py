@@ -42,7 +42,8 @@ def test_a_dry_run_checks_the_suite_and_shows_prompts_without_evaluating(tmp_pat
     assert "every check passed, nothing evaluated" in out and "device cpu" in out
     assert "items: 750 in 4 tasks (demo_arith_gen 225, demo_arith_mc 225, demo_capitals_mc 200, demo_synth_ppl 100)" in out
     assert "matches the suite and the built tasks" in out and "s of evaluation, as the baseline's run took" in out
-    assert "  > The capital of Refenor is  ⟶ Fizu | Titeb | Figat | Pifug" in out
+    assert "  > The capital of Refenor is  ⟶ Fizu | Titeb | Figat | Pifug  (target: Figat)" in out
+    assert "  > Q: 0+2= A:  (target: 2)" in out  # a generation task: its target
     assert out.count("the first 3 requests as lm-eval builds them") == 4
     assert _listing(project) == before  # nothing written
 
@@ -118,3 +119,24 @@ def test_a_group_s_typo_and_a_task_listed_twice_are_named_where_they_are_written
     assert twice.returncode == 2
     assert "twice.yaml:33: tasks[1].name: task 'demo_capitals_mc' is in the suite twice, as group 'demo_mc' at " \
            "twice.yaml:25 and as itself at twice.yaml:33; keep one entry" in twice.stderr, twice.stderr
+
+
+def test_a_many_task_preview_shows_a_spread_of_tasks_and_each_prompt_s_own_end() -> None:
+    """Issue #41: MMLU at 5 shots gave 171 previews that all began with the same instructions and
+    examples. A dry run shows 8 tasks spread over the names, and a long prompt's end (the item's
+    own question) with its target."""
+    from gatekeeper.gate import _prompts_preview
+    from gatekeeper.run.runner import preview_tasks
+
+    names = [f"mmlu_{i:02d}" for i in range(57)]
+    picked = preview_tasks(names)
+    assert len(picked) == 8 and picked[0] == "mmlu_00" and picked[-1] == "mmlu_49" and len(set(picked)) == 8
+    assert preview_tasks(names[:5]) == names[:5]
+    shots = "The following are multiple choice questions (with answers) about anatomy. " * 40
+    prompts = {t: [(shots + f"Question {t}: which bone is the longest? Answer:", "A | B | C | D", "C")] for t in picked}
+    lines = _prompts_preview(prompts, 57)
+    assert lines[0] == "\nprompts of 8 of 57 tasks, spread over their names"
+    shown = [ln for ln in lines if ln.startswith("  > ")]
+    assert len(shown) == 8
+    assert shown[0].startswith("  > …") and shown[0].endswith(
+        "Question mmlu_00: which bone is the longest? Answer:  ⟶ A | B | C | D  (target: C)")

@@ -291,7 +291,9 @@ class DryRun:
     backend: str
     device: str
     items: dict[str, int]  # leaf task -> documents it would evaluate
-    prompts: dict[str, list[tuple[str, str]]]  # leaf task -> (context, continuation) as lm-eval builds them
+    # leaf task -> (context, continuations, target) as lm-eval builds them; a sample of the tasks
+    # when there are many (``preview_tasks``)
+    prompts: dict[str, list[tuple[str, str, str]]]
     plan: RunPlan
     datasets: dict[str, str] = field(default_factory=dict)  # hub dataset -> the commit it would evaluate
     # leaf task -> (doc_hash, target_hash) of each document it would evaluate, as lm-eval logs them
@@ -323,12 +325,23 @@ def _dry_run(suite: Suite, model: str, *, revision: str | None, device: str | No
     with quiet_output(log, t0):
         _, top, leaves, plan = _built(suite, settings, preflight, pins)
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
-        prompts = {name: rendered(task, examples) for name, (task, _) in sorted(leaves.items())}
+        prompts = {name: rendered(leaves[name][0], examples) for name in preview_tasks(sorted(leaves))}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
     with once_per_process():  # each target template compiled once, not once a document
         hashes = {name: item_hashes(task, items[name]) for name, (task, _) in sorted(leaves.items())}
     return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())),
                   hashes, group_aggregations(top))
+
+
+PREVIEW_TASKS = 8  # MMLU's 57 subjects at 5 shots: 171 previews that all begin alike
+
+
+def preview_tasks(names: list[str], limit: int = PREVIEW_TASKS) -> list[str]:
+    """The tasks a dry run shows prompts of: all, or ``limit`` spread evenly over the sorted names."""
+    if len(names) <= limit:
+        return names
+    step = len(names) / limit
+    return [names[int(i * step)] for i in range(limit)]
 
 
 def _built(suite: Suite, settings: _Settings, preflight: Callable[[RunPlan], Any] | None, pins: DatasetPins

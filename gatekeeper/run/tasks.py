@@ -232,20 +232,35 @@ def group_aggregations(top: list) -> dict[str, Any]:
     return out
 
 
-def rendered(task: Any, examples: int) -> list[tuple[str, str]]:
-    """The first ``examples`` documents' requests as lm-eval builds them (few-shot included)."""
+def rendered(task: Any, examples: int) -> list[tuple[str, str, str]]:
+    """The first ``examples`` documents' requests as lm-eval builds them (few-shot included):
+    (context, the continuations scored, the target's text)."""
     try:
         task.build_all_requests(limit=examples, rank=0, world_size=1)
     except Exception as exc:  # noqa: BLE001 - a template that does not render is the user's to see
         raise GateError(f"task {task.config.task}: its prompts do not render: {one_line(exc)}") from None
-    by_doc: dict[int, tuple[str, list[str]]] = {}
+    by_doc: dict[int, tuple[str, list[str], Any]] = {}
     for inst in task.instances:  # a multiple-choice document has one request per choice
         context = str(inst.args[0]) if inst.args else ""
-        choices = by_doc.setdefault(inst.doc_id, (context, []))[1]
+        choices = by_doc.setdefault(inst.doc_id, (context, [], inst.doc))[1]
         if len(inst.args) > 1 and isinstance(inst.args[1], str):
             choices.append(inst.args[1].strip())
     task._instances = None  # lm-eval builds them again for a real run
-    return [(context, " | ".join(choices)) for _, (context, choices) in sorted(by_doc.items())][:examples]
+    return [(context, " | ".join(choices), _target_text(task, doc, choices))
+            for _, (context, choices, doc) in sorted(by_doc.items())][:examples]
+
+
+def _target_text(task: Any, doc: Any, choices: list[str]) -> str:
+    """The document's target as text: a multiple-choice index names its choice."""
+    try:
+        target = task.doc_to_target(doc)
+    except Exception:  # noqa: BLE001 - the preview shows what it can; the run reports real errors
+        return ""
+    if isinstance(target, list):
+        target = target[0] if target else ""
+    if isinstance(target, int) and not isinstance(target, bool) and 0 <= target < len(choices):
+        return choices[target]
+    return str(target).strip()
 
 
 def item_hashes(task: Any, n: int) -> list[tuple[str, str]]:
