@@ -29,7 +29,7 @@ from gatekeeper.baseline.prbase import BaseTree, base_tree, pr_base_sha
 from gatekeeper.errors import GateError
 from gatekeeper.files import atomic_write_bytes
 from gatekeeper.gate import (
-    baseline_lock,
+    baseline_checks,
     compare_paths,
     judge_looks,
     promote_run,
@@ -38,7 +38,7 @@ from gatekeeper.gate import (
 )
 from gatekeeper.publish import ci, comment, events
 from gatekeeper.publish.github import GitHubClient, RetryPolicy
-from gatekeeper.report import ReportContext
+from gatekeeper.report import ReportContext, error_json
 from gatekeeper.report import trend as trend_report
 from gatekeeper.run import complete, runner
 from gatekeeper.run.environment import scrub_ci_secrets
@@ -383,8 +383,9 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
     model = events.resolve_model(inputs["model"], job.event, job.workspace)
     with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
         if command == "run":
-            lock = baseline_lock(base.baseline if base is not None else suite.baseline_path, suite)
-            run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log, lock=lock)
+            lock, items_check = baseline_checks(base.baseline if base is not None else suite.baseline_path, suite)
+            run_dir = runner.run_suite(suite, model, out, revision=inputs["revision"] or None, log=log, lock=lock,
+                                       items_check=items_check)
             text = f"Evaluated suite {suite.name}; run written to {run_dir}"
             return Evaluation(0, "ran", _notice_md(text), text, run_dir=run_dir, suite=suite)
         baseline = _path(job, inputs["baseline"]) if inputs["baseline"] else None
@@ -690,6 +691,10 @@ def main(env: dict[str, str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a crash must read as an error (2), never as exit 1
         _log_traceback(console)
         ev = error_evaluation(f"internal error ({type(err).__name__}: {err}); please report it with the log")
+    if ev.code == 2 and ev.report_json is None:  # the artifact and the summary say why, too
+        ev.report_json = error_json(ev.headline, suite=_suite_name(ev, inputs), verdict=ev.verdict,
+                                    command=inputs["command"], model=inputs["model"] or None,
+                                    commit=_safe_head_sha(job))
     code = ev.code
     if code == 1 and inputs["fail-on"] == "never":
         code = 0
@@ -718,6 +723,15 @@ def main(env: dict[str, str] | None = None) -> int:
     hand_back(job)
     console.line(f"gatekeeper: {ev.verdict} (exit {code})")
     return code
+
+
+def _safe_head_sha(job: Job) -> str | None:
+    """The evaluated commit, for an error's report: a malformed event payload (the error being
+    reported) must not raise again here."""
+    try:
+        return job.event.head_sha or None
+    except Exception:  # noqa: BLE001 - the payload's shape is what went wrong
+        return job.env.get("GITHUB_SHA") or None
 
 
 def hand_back(job: Job) -> None:

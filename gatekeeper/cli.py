@@ -306,10 +306,11 @@ def _complete(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: Any = None,
          baseline: Path | None = None) -> int:
-    from gatekeeper.gate import baseline_lock
+    from gatekeeper.gate import baseline_checks
 
-    # A shard or wave is judged against the baseline: its hub datasets at the baseline's commits.
-    lock = {} if args.new_data else baseline_lock(baseline or suite.baseline_path, suite)
+    # A shard or wave is judged against the baseline: its hub datasets at the baseline's commits,
+    # and its items checked against the baseline's before the model loads.
+    lock, items_check = ({}, None) if args.new_data else baseline_checks(baseline or suite.baseline_path, suite)
     run_dir = runner.run_suite(
         suite,
         args.model,
@@ -325,6 +326,7 @@ def _run(args: argparse.Namespace, runner: Any, suite: Any, shard: Any, look: An
         look=look,
         lock=lock,
         new_data=args.new_data,
+        items_check=items_check,
     )
     if look is not None:
         what = f"look {look.index}/{look.count}" + (f" part {look.part[0]}/{look.part[1]}" if look.part else "")
@@ -382,7 +384,7 @@ def _gate_parser(sub: Any) -> None:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from gatekeeper import report
-    from gatekeeper.gate import gate_run, run_gate
+    from gatekeeper.gate import gate_run
 
     _check_writable(args.json, args.markdown)
     if (args.model is None) == (args.run is None):
@@ -407,6 +409,29 @@ def cmd_gate(args: argparse.Namespace) -> int:
             print()
             _out(report.render_markdown(result.outcome))
         return code
+    try:
+        return _gate_model(args)
+    except GateError as exc:  # exit 2: the report still says why, for the artifact and the summary
+        if args.json:
+            _atomic_write(Path(args.json), json.dumps(report.error_json(
+                str(exc), suite=_suite_name(args.suite), model=args.model, suite_file=args.suite,
+                baseline=args.baseline, commit=_commit()), indent=2, allow_nan=False) + "\n")
+        raise
+
+
+def _suite_name(path: str) -> str | None:
+    from gatekeeper.suite.suite import load_suite
+
+    try:
+        return load_suite(path).name
+    except GateError:
+        return None
+
+
+def _gate_model(args: argparse.Namespace) -> int:
+    from gatekeeper import report
+    from gatekeeper.gate import run_gate
+
     # Without --out the run is a temp folder, removed when the gate is done (kept with --out).
     out = args.out or tempfile.mkdtemp(prefix="gatekeeper-run-")
     try:

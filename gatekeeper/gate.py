@@ -95,7 +95,8 @@ def run_gate(
     check_baseline_path(baseline_path, record_missing=record_missing)
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
     run_dir = runner.run_suite(suite, model, Path(out_dir), revision=revision, device=device, log=log,
-                               preflight=preflight, batch_size=batch_size, lock=dataset_lock(stored))
+                               preflight=preflight, batch_size=batch_size, lock=dataset_lock(stored),
+                               items_check=items_checker(stored))
     if stored is None:
         written = record_run(run_dir, suite, path=baseline_path)
         notice = (
@@ -132,6 +133,29 @@ def dataset_lock(stored: RunResults | None) -> dict[str, str]:
     if stored is None:
         return {}
     return pins.check_lock((stored.provenance.manifest or {}).get("datasets"), stored.provenance.source)
+
+
+def items_checker(stored: RunResults | None) -> runner.ItemsCheck | None:
+    """The documents and targets the tasks build now, held against ``stored``'s items before any
+    model loads (a moved or edited dataset would otherwise cost the whole run first)."""
+    if stored is None:
+        return None
+
+    def check(built: dict[str, list[tuple[str, str]]]) -> None:
+        check_items_before(stored, built)
+
+    return check
+
+
+def baseline_checks(path: Path | None, suite: Suite) -> tuple[dict[str, str], runner.ItemsCheck | None]:
+    """What a run judged later against the baseline file at ``path`` (a shard, a wave, the
+    action's ``run``) evaluates at and is checked against before its model loads: the dataset
+    lock, and the items check ({} and None when there is no baseline)."""
+    if path is None or not Path(path).is_file():
+        return {}, None
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(Path(path))
+    return dataset_lock(stored), items_checker(stored)
 
 
 def baseline_lock(path: Path | None, suite: Suite) -> dict[str, str]:
@@ -411,7 +435,8 @@ def run_sequential_gate(
         log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
         return [runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
                                  log=log, preflight=preflight if k == 1 else None, look=Look(k, looks, seed, done),
-                                 reuse_model=True, batch_size=batch_size, lock=lock)]
+                                 reuse_model=True, batch_size=batch_size, lock=lock,
+                                 items_check=items_checker(stored) if k == 1 else None)]
 
     try:
         result = _sequential_looks(suite, looks, stored, anchor, policy, log, futility, evaluate)

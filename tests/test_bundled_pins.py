@@ -88,3 +88,44 @@ def test_a_bundled_tasks_hub_dataset_is_evaluated_at_the_baselines_commit(tmp_pa
     assert {(r["task"], r["metric"]) for r in rows} >= {("arc_easy", "acc")}, rows
     assert all(r["verdict"] == "unchanged" and r["n"] == 12 for r in rows), rows
     assert not [p for _, p in hub.requests if moved in p or "/resolve/main/" in p], hub.requests
+
+
+def test_items_that_moved_are_refused_before_the_model_loads(tmp_path: Path) -> None:
+    """Issue #41: a baseline recorded before dataset revisions were (no lock), and the hub's
+    dataset pushed with other answers since. The gate used to evaluate everything and only then
+    exit 2 (task_hashes differ); it now holds the documents it built against the baseline's items
+    before any model loads, and writes the JSON report of the refusal."""
+    from gatekeeper.baseline import store
+
+    hub = Hub({"allenai/ai2_arc": _repo(tmp_path / "hub/c1")}).start()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "gatekeeper.yaml").write_text(SUITE)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), TQDM_DISABLE="1")
+
+    def gate(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
+                               str(ROOT / "examples/checkpoints/base"), "--no-history", *extra],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    try:
+        first = gate("--record-missing", "--out", str(tmp_path / "first"))
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        path = project / ".gatekeeper/baselines/bundled-pins.json.gz"
+        old = store.load_baseline(path)
+        old.provenance.manifest = {k: v for k, v in old.provenance.manifest.items() if k != "datasets"}
+        store.save_baseline(old, path, suite_name="bundled-pins", suite_hash=old.provenance.suite_hash)
+        hub.push("allenai/ai2_arc", _repo(tmp_path / "hub/c2", rotate=1))
+        again = gate("--out", str(tmp_path / "again"), "--json", str(tmp_path / "again.json"))
+    finally:
+        hub.stop()
+    assert again.returncode == 2, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "task arc_easy: 12 of 12 of the baseline's items differ from the documents built now" in again.stderr
+    assert "this baseline predates recorded dataset revisions" in again.stderr
+    # nothing was evaluated: no request ran, no model was placed on a device, no run was written
+    assert "requests" not in again.stdout + again.stderr and "device:" not in again.stdout + again.stderr
+    assert not (tmp_path / "again").exists() or not any((tmp_path / "again").iterdir())
+    refused = json.loads((tmp_path / "again.json").read_text())
+    assert refused["verdict"] == "error" and refused["suite"] == "bundled-pins" and refused["comparisons"] == []
+    assert "differ from the documents built now" in refused["error"]
+    assert refused["provenance"]["model"].endswith("examples/checkpoints/base")

@@ -76,7 +76,7 @@ def test_pull_request_workflow_fails_the_regressed_pr_and_keeps_its_report(repo,
     assert json.loads((artifacts / "gatekeeper-report" / "gatekeeper-report.json").read_text())["verdict"] == "fail"
 
 
-def test_pull_request_workflow_does_not_add_a_second_error_when_the_gate_errs(repo, gh: FakeGitHub):
+def test_pull_request_workflow_keeps_the_report_of_a_gate_that_errs(repo, gh: FakeGitHub):
     ws, base, head, artifacts = repo
     (job,) = _jobs("pull-request.yml").values()
     for step in job["steps"]:
@@ -84,8 +84,10 @@ def test_pull_request_workflow_does_not_add_a_second_error_when_the_gate_errs(re
             step["with"]["suite"] = "missing.yaml"
     runner = Runner(ws, "pull_request", _pr_payload(base, head), gh.url, sha=head, context=_pr_context(base))
     last = runner.job(job["steps"], artifacts)
-    assert last.returncode == 2 and runner.skipped == ["Keep the report"]
-    assert not (artifacts / "gatekeeper-report").exists()
+    assert last.returncode == 2 and runner.skipped == []
+    # Issue #41: the error's report is kept, and says why
+    kept = json.loads((artifacts / "gatekeeper-report" / "gatekeeper-report.json").read_text())
+    assert kept["verdict"] == "error" and "missing.yaml" in kept["error"] and kept["comparisons"] == []
 
 
 def test_gpu_job_container_workflow_evaluates_with_the_base_commits_tasks(repo, gh: FakeGitHub):

@@ -88,6 +88,14 @@ def _strict(value: Any) -> Any:
     return value
 
 
+def error_json(message: str, *, suite: str | None, verdict: str = "error", **provenance: Any) -> dict[str, Any]:
+    """The report of a gate that ended in exit 2 (nothing compared): why, and what it was asked to
+    gate, so the artifact and the job summary say so too."""
+    return _strict({"schema_version": SCHEMA_VERSION, "gatekeeper_version": __version__, "suite": suite,
+                    "verdict": verdict, "error": message, "comparisons": [],
+                    "provenance": {k: v for k, v in provenance.items() if v is not None}})
+
+
 def to_json(outcome: Outcome) -> dict[str, Any]:
     """The machine-readable report; its schema is documented in docs/report-schema.md."""
     return _strict(_report_dict(outcome))

@@ -108,6 +108,7 @@ def run_suite(
     reuse_model: bool = False,
     lock: dict[str, str] | None = None,
     new_data: bool = False,
+    items_check: ItemsCheck | None = None,
 ) -> Path:
     """Run ``suite`` on ``model``; returns the run directory (results, samples, manifest).
 
@@ -116,7 +117,9 @@ def run_suite(
 
     Once lm-eval has built the tasks, and before it evaluates anything, every name in the
     suite must match a metric/filter/task the tasks produce (``names.check_suite``), and
-    ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there).
+    ``preflight(plan)`` may refuse the run (``gate`` checks the baseline there), and
+    ``items_check`` the documents and targets built now, by their hashes (``built_hashes``):
+    a baseline whose items changed is refused before any model loads, not after the whole run.
     ``shard`` evaluates only that shard's documents (``gatekeeper merge`` joins the shards);
     ``look`` only that look's documents of a sequential gate (``run/looks.py``). ``reuse_model``:
     keep the loaded model for the next run in this process with the same backend arguments (a
@@ -134,7 +137,8 @@ def run_suite(
             target = _run(_absolute_suite(suite), model, local, where, revision=revision, device=device,
                           batch_size=batch_size, dtype=dtype, limit=limit, log=log, preflight=preflight,
                           shard=shard, cache_dir=None if cache_dir is None else sealed.absolute(cache_dir),
-                          look=look, reuse_model=reuse_model, pins=DatasetPins(dict(lock or {}), new_data))
+                          look=look, reuse_model=reuse_model, pins=DatasetPins(dict(lock or {}), new_data),
+                          items_check=items_check)
     except BaseException:
         if fresh and where.is_dir() and not any(where.iterdir()):
             where.rmdir()  # we made it; a failed run leaves nothing behind
@@ -183,7 +187,7 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
          device: str | None, batch_size: Any, dtype: str | None, limit: Any, log: Log,
          preflight: Callable[[RunPlan], Any] | None, shard: Shard | None = None,
          cache_dir: Path | str | None = None, look: Look | None = None, reuse_model: bool = False,
-         pins: DatasetPins | None = None) -> Path:
+         pins: DatasetPins | None = None, items_check: ItemsCheck | None = None) -> Path:
     """The run, inside the sealed folder: every path here is absolute; ``model`` is the name the
     user gave (recorded), ``local`` its checkpoint folder (what lm-eval loads), None for a hub id.
     A local model needs no network, and gatekeeper never switches it off: a bundled task's
@@ -208,6 +212,8 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
     warned = Warnings()
     with quiet_output(log, t0, warned):
         tm, top, leaves, plan = _built(suite, settings, preflight, pins)
+        if items_check is not None:
+            items_check(built_hashes(leaves, plan))
         picked = shard_manifest(shard, top, leaves, settings.limit) if shard is not None else None
         looked = look_manifest(look, top, leaves, settings.limit) if look is not None else None
         if settings.backend.local_device:
@@ -327,10 +333,20 @@ def _dry_run(suite: Suite, model: str, *, revision: str | None, device: str | No
         where = _resolve_device(settings.device) if settings.backend.local_device else settings.backend.name
         prompts = {name: rendered(leaves[name][0], examples) for name in preview_tasks(sorted(leaves))}
     items = {name: int(n["effective"]) for name, n in sorted(plan.n_samples.items())}
-    with once_per_process():  # each target template compiled once, not once a document
-        hashes = {name: item_hashes(task, items[name]) for name, (task, _) in sorted(leaves.items())}
+    hashes = built_hashes(leaves, plan)
     return DryRun(lm_eval_version, settings.backend.name, where, items, prompts, plan, dict(sorted(pins.used.items())),
                   hashes, group_aggregations(top))
+
+
+ItemsCheck = Callable[[dict[str, list[tuple[str, str]]]], Any]
+
+
+def built_hashes(leaves: dict[str, tuple[Any, Any]], plan: RunPlan) -> dict[str, list[tuple[str, str]]]:
+    """Leaf task -> (doc_hash, target_hash) of each document it evaluates, as lm-eval will log
+    them, from the built tasks alone (no model)."""
+    with once_per_process():  # each target template compiled once, not once a document
+        return {name: item_hashes(task, int(plan.n_samples[name]["effective"]))
+                for name, (task, _) in sorted(leaves.items())}
 
 
 PREVIEW_TASKS = 8  # MMLU's 57 subjects at 5 shots: 171 previews that all begin alike
