@@ -147,3 +147,31 @@ def test_an_interval_at_a_tiny_level_never_reads_as_certain():
     assert confidence(0.025) == "95%"
     assert confidence(0.0125) == "97.5%"
     assert confidence(1e-9).startswith("99.9999")
+
+
+def test_a_failing_group_shows_items_its_tasks_flipped() -> None:
+    """Issue #41: with `subtasks: info` the failing rows are groups, whose items are their
+    subjects': the comment's right-to-wrong section used to be missing. It now shows a failing
+    group's flipped items, drawn in turn from the subjects that flipped most, each subject named."""
+    from gatekeeper.compare.compare import compare_runs
+    from gatekeeper.compare.outcome import flipped_items
+    from gatekeeper.report import render_markdown
+    from gatekeeper.suite.policy import Policy
+    from tests.synthetic import group_pair
+
+    rng = np.random.default_rng(41)
+    sizes = (120, 150, 180, 200)
+    base, cand = group_pair(rng, np.full(4, 0.06), sizes=sizes, group="mm")
+    out = compare_runs(base, cand, Policy(margin=0.01, info_subtasks=frozenset({"mm"})))
+    (group,) = [c for c in out.comparisons if c.is_group]
+    assert group.gated and group.verdict == "regressed" and not group.right_to_wrong
+    assert not any(c.gated for c in out.comparisons if not c.is_group)
+    total, items = flipped_items(out, group, 5)
+    members = [c for c in out.comparisons if not c.is_group]
+    assert total == sum(len(c.right_to_wrong) for c in members) > 5
+    assert len(items) == 5 and len({task for task, _ in items}) == 4  # every subject shows
+    md = render_markdown(out)
+    assert "Items that went from right to wrong" in md
+    assert f"**mm / acc**: {total} items went from right to wrong in its tasks" in md
+    task, doc = items[0]
+    assert f"- {task.replace('_', chr(92) + '_')} doc {doc}" in md

@@ -15,7 +15,14 @@ import numpy as np
 from gatekeeper.compare import family as family_design
 from gatekeeper.compare import margins, sequential, stats
 from gatekeeper.compare.compat import check_compatible, pair_series
-from gatekeeper.compare.outcome import INCONCLUSIVE, REGRESSED, Comparison, Outcome
+from gatekeeper.compare.outcome import (
+    INCONCLUSIVE,
+    REGRESSED,
+    Comparison,
+    Outcome,
+    failing_rows,
+    flipped_items,
+)
 from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.compare.verdict import Tested, decide, mde, resolution_warnings
 from gatekeeper.errors import GateError
@@ -64,9 +71,9 @@ def attach_snippets(outcome: Outcome, per_metric: int = 5) -> None:
     would double the cost of loading a large run.
     """
     wanted: dict[tuple[str, str], set[int]] = {}
-    for c in outcome.comparisons:
-        if c.gated and c.right_to_wrong and c.verdict in ("regressed", "inconclusive"):
-            wanted.setdefault((c.key.task, c.key.filter), set()).update(c.right_to_wrong[:per_metric])
+    for c in failing_rows(outcome):
+        for task, doc_id in flipped_items(outcome, c, per_metric)[1]:  # a group's: its members'
+            wanted.setdefault((task, c.key.filter), set()).add(doc_id)
     if wanted:
         for run in (outcome.baseline, outcome.candidate):
             snippets.attach_snippets(run, wanted)

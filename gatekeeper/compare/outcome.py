@@ -108,3 +108,31 @@ class Outcome:
     @property
     def exit_code(self) -> int:
         return 1 if self.verdict in ("fail", "drift") else 0
+
+
+def flipped_items(outcome: Outcome, c: Comparison, limit: int) -> tuple[int, list[tuple[str, int]]]:
+    """(how many, the first ``limit``) of the items ``c`` saw go from right to wrong, as (task,
+    doc_id). A group has no items of its own: its members' rows (gated or informational, same
+    metric and filter) hold them, taken in turn from the members with the most flips, so several
+    of its tasks show."""
+    if not c.is_group:
+        return len(c.right_to_wrong), [(c.key.task, d) for d in c.right_to_wrong[:limit]]
+    members = set(c.subtasks)
+    rows = sorted((m for m in outcome.comparisons if m.key.task in members and not m.is_group
+                   and (m.key.metric, m.key.filter) == (c.key.metric, c.key.filter) and m.right_to_wrong),
+                  key=lambda m: (-len(m.right_to_wrong), m.key.task))
+    picked: list[tuple[str, int]] = []
+    for i in range(limit):
+        for m in rows:
+            if i < len(m.right_to_wrong) and len(picked) < limit:
+                picked.append((m.key.task, m.right_to_wrong[i]))
+    return sum(len(m.right_to_wrong) for m in rows), picked
+
+
+def failing_rows(outcome: Outcome) -> list[Comparison]:
+    """The gated rows whose right-to-wrong items the report shows: each regressed or inconclusive
+    task, and a failing group only where none of its tasks is shown itself (``subtasks: info``,
+    or a loss spread so thin that no task fails alone): its items are its tasks'."""
+    bad = [c for c in outcome.comparisons if c.gated and c.verdict in (REGRESSED, INCONCLUSIVE)]
+    shown = {c.key.task for c in bad if not c.is_group and c.right_to_wrong}
+    return [c for c in bad if not c.is_group or not shown.intersection(c.subtasks)]

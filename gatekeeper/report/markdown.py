@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gatekeeper import __version__
-from gatekeeper.compare.outcome import Comparison, Outcome, verdict_words
+from gatekeeper.compare.outcome import Comparison, Outcome, failing_rows, flipped_items, verdict_words
 from gatekeeper.report.headline import ICON, ReportContext, anchor_date, headline
 from gatekeeper.report.numbers import delta_cell, depths, fmt_num, fmt_p, group_note
 from gatekeeper.text import escape_untrusted
@@ -78,24 +78,24 @@ def _details(summary: str, body: str) -> str:
 
 def _r2w_section(outcome: Outcome) -> str | None:
     lines = []
-    for c in outcome.comparisons:
-        if not c.gated or not c.right_to_wrong or c.verdict not in ("regressed", "inconclusive"):
+    for c in failing_rows(outcome):
+        total, items = flipped_items(outcome, c, MAX_R2W_PER_METRIC)
+        if not items:
             continue
-        snippets = outcome.candidate.snippets.get((c.key.task, c.key.filter), {})
-        base_snips = outcome.baseline.snippets.get((c.key.task, c.key.filter), {})
         lines.append(
             f"**{escape_untrusted(c.key.task, 80)} / {escape_untrusted(c.key.metric, 40)}**: "
-            f"{len(c.right_to_wrong)} items went from right to wrong"
+            f"{total} items went from right to wrong" + (" in its tasks" if c.is_group else "")
         )
-        for doc_id in c.right_to_wrong[:MAX_R2W_PER_METRIC]:
-            s = snippets.get(doc_id)
+        for task, doc_id in items:
+            where = f"{escape_untrusted(task, 80)} " if c.is_group else ""
+            s = outcome.candidate.snippets.get((task, c.key.filter), {}).get(doc_id)
             if s is None:
-                lines.append(f"- doc {doc_id}")
+                lines.append(f"- {where}doc {doc_id}")
                 continue
-            was = base_snips.get(doc_id)
+            was = outcome.baseline.snippets.get((task, c.key.filter), {}).get(doc_id)
             was_txt = f"; baseline said {escape_untrusted(was.output, 60)}" if was else ""
             lines.append(
-                f"- doc {doc_id}: prompt {escape_untrusted(s.prompt, 120)} → output "
+                f"- {where}doc {doc_id}: prompt {escape_untrusted(s.prompt, 120)} → output "
                 f"{escape_untrusted(s.output, 80)} (target {escape_untrusted(s.target, 60)}{was_txt})"
             )
         lines.append("")
