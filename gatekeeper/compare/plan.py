@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from gatekeeper.compare import family, sequential
 from gatekeeper.compare.compare import compare_runs
@@ -272,7 +272,7 @@ def _sequential_sim(se: float, n: int, margin: float, drop: float, looks: int, s
     for k in range(looks):
         se_k = se / math.sqrt(t[k])
         est = drop + se * paths[:, k] / t[k]
-        z = norm.isf(levels[k])
+        z = -ndtri(levels[k])
         if k == looks - 1:
             failed |= live & (est > z * se_k) & (est > margin)
             break
@@ -401,7 +401,7 @@ def items_to_catch(gated: list[Comparison], power: float = 0.8) -> str:
     for c in gated:
         if c.drop > c.margin and c.test.se > 0 and c.test.n > 0:
             level = c.level if 0 < c.level < 1 else 0.05 / max(1, len(gated))
-            z = float(norm.ppf(1 - level) + norm.ppf(power))
+            z = float(ndtri(1 - level) + ndtri(power))
             need.append((math.ceil(c.test.n * (z * c.test.se / c.drop) ** 2), c))
     if not need:
         return ""

@@ -35,22 +35,35 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import multivariate_normal, norm
+from scipy.special import ndtr, ndtri
 
 from gatekeeper.compare.outcome import Outcome
+
+# scipy.special's ufuncs, not scipy.stats.norm (the same functions underneath): scipy.stats and
+# scipy.optimize cost ~1.5 s to import, and a plain compare computes no boundary. The boundary
+# solver imports them when it runs.
 
 DEFAULT_LOOKS = 4
 FUTILITY_BETA = 0.005  # the most power early passes may cost at the design alternative
 POWER = 0.80  # the power the design alternative's MDE is computed at
 
 
+def _sf(x: np.ndarray | float) -> np.ndarray:
+    """The standard normal's upper tail P(Z > x)."""
+    return ndtr(-np.asarray(x, dtype=np.float64))
+
+
+def _isf(p: np.ndarray | float) -> np.ndarray:
+    """x with P(Z > x) = p."""
+    return -ndtri(np.asarray(p, dtype=np.float64))
+
+
 def spent(t: np.ndarray | float, alpha: float) -> np.ndarray:
     """Alpha spent by information fraction ``t`` (Lan–DeMets O'Brien–Fleming, one-sided)."""
     t = np.clip(np.asarray(t, dtype=np.float64), 0.0, 1.0)
-    z = norm.isf(alpha / 2)
+    z = _isf(alpha / 2)
     with np.errstate(divide="ignore"):
-        out = 2.0 * norm.sf(z / np.sqrt(t))
+        out = 2.0 * _sf(z / np.sqrt(t))
     return np.where(t <= 0, 0.0, np.minimum(out, alpha))
 
 
@@ -67,7 +80,7 @@ def look_levels(t: np.ndarray, alpha: float) -> np.ndarray:
     t = np.asarray(t, dtype=np.float64)
     if t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] != 1.0:
         raise ValueError("information fractions must increase to 1")
-    return norm.sf(boundaries(tuple(t.tolist()), alpha))
+    return _sf(boundaries(tuple(t.tolist()), alpha))
 
 
 def share_level(t: np.ndarray, look: int) -> Callable[[float], float]:
@@ -95,12 +108,14 @@ def boundaries(t: tuple[float, ...], alpha: float) -> np.ndarray:
     cs: list[float] = []
     for k, inc in enumerate(increments):
         if k == 0:
-            cs.append(float(norm.isf(inc)))
+            cs.append(float(_isf(inc)))
             continue
         cov = np.sqrt(np.minimum.outer(t[: k + 1], t[: k + 1]) / np.maximum.outer(t[: k + 1], t[: k + 1]))
         none_before = _below(cs, cov[:k, :k])
         # P(no crossing before k, crossing at k) - increment, decreasing in c
         excess = partial(_excess, cs=tuple(cs), cov=cov, none_before=none_before, inc=float(inc))
+        from scipy.optimize import brentq
+
         cs.append(float(brentq(excess, -2.0, 12.0, xtol=1e-7)))
     return np.array(cs)
 
@@ -113,7 +128,9 @@ def _below(cs: list[float], cov: np.ndarray) -> float:
     """P(Z_1 < c_1, ..., Z_k < c_k); seeded (scipy integrates by randomized quasi-Monte Carlo), so
     every machine computes the same levels."""
     if len(cs) == 1:
-        return float(norm.cdf(cs[0]))
+        return float(ndtr(cs[0]))
+    from scipy.stats import multivariate_normal
+
     k = len(cs)
     mvn = multivariate_normal(mean=np.zeros(k), cov=cov[:k, :k], seed=0, abseps=1e-7, releps=1e-5,
                               maxpts=20_000 * k)
@@ -129,7 +146,7 @@ def alternative(se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, lev
     (``se`` 0) counts one item's worth of spread (``1/n``)."""
     sigma = _floored(se, n) * math.sqrt(t)
     margin = np.asarray(margin, dtype=np.float64)
-    return np.maximum(margin, norm.isf(level) * sigma) + norm.isf(1.0 - POWER) * sigma
+    return np.maximum(margin, _isf(level) * sigma) + _isf(1.0 - POWER) * sigma
 
 
 def futile(drop: np.ndarray, se: np.ndarray, n: np.ndarray, margin: np.ndarray, t: float, looks: int,
@@ -141,7 +158,7 @@ def futile(drop: np.ndarray, se: np.ndarray, n: np.ndarray, margin: np.ndarray, 
     drop, se, n = (np.asarray(x, dtype=np.float64) for x in (drop, se, n))
     if t >= 1.0 or looks < 2:
         return np.zeros(drop.shape, dtype=bool)
-    upper = drop + norm.isf(beta / (looks - 1)) * _floored(se, n)
+    upper = drop + _isf(beta / (looks - 1)) * _floored(se, n)
     return upper < alternative(se, n, margin, t, level)
 
 
