@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,9 @@ def _repo(folder: Path, rotate: int = 0) -> Path:
     return folder
 
 
-def test_a_bundled_tasks_hub_dataset_is_evaluated_at_the_baselines_commit(tmp_path: Path) -> None:
-    hub = Hub({"allenai/ai2_arc": _repo(tmp_path / "hub/c1")}).start()
+def _project(tmp_path: Path, hub: Hub) -> tuple[Path, Callable[..., subprocess.CompletedProcess]]:
+    """A project holding the suite, and ``gate(*flags)``: the demo base checkpoint gated there
+    against the loopback hub."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "gatekeeper.yaml").write_text(SUITE)
@@ -72,6 +74,12 @@ def test_a_bundled_tasks_hub_dataset_is_evaluated_at_the_baselines_commit(tmp_pa
         return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
                                str(ROOT / "examples/checkpoints/base"), "--no-history", *extra],
                               cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    return project, gate
+
+
+def test_a_bundled_tasks_hub_dataset_is_evaluated_at_the_baselines_commit(tmp_path: Path) -> None:
+    hub = Hub({"allenai/ai2_arc": _repo(tmp_path / "hub/c1")}).start()
+    project, gate = _project(tmp_path, hub)
     try:
         first = gate("--record-missing", "--out", str(tmp_path / "first"))
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -98,16 +106,7 @@ def test_items_that_moved_are_refused_before_the_model_loads(tmp_path: Path) -> 
     from gatekeeper.baseline import store
 
     hub = Hub({"allenai/ai2_arc": _repo(tmp_path / "hub/c1")}).start()
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "gatekeeper.yaml").write_text(SUITE)
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), TQDM_DISABLE="1")
-
-    def gate(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
-                               str(ROOT / "examples/checkpoints/base"), "--no-history", *extra],
-                              cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    project, gate = _project(tmp_path, hub)
     try:
         first = gate("--record-missing", "--out", str(tmp_path / "first"))
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
