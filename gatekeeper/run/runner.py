@@ -342,10 +342,11 @@ ItemsCheck = Callable[[dict[str, list[tuple[str, str]]]], Any]
 
 
 def built_hashes(leaves: dict[str, tuple[Any, Any]], plan: RunPlan) -> dict[str, list[tuple[str, str]]]:
-    """Leaf task -> (doc_hash, target_hash) of each document it evaluates, as lm-eval will log
-    them, from the built tasks alone (no model)."""
+    """Leaf task -> (doc_hash, target_hash) of each of its documents, as lm-eval will log them,
+    from the built tasks alone (no model). Every document, whatever a --limit, shard or look will
+    evaluate of them: the check is of the dataset the baseline was measured on."""
     with once_per_process():  # each target template compiled once, not once a document
-        return {name: item_hashes(task, int(plan.n_samples[name]["effective"]))
+        return {name: item_hashes(task, int(plan.n_samples[name]["original"]))
                 for name, (task, _) in sorted(leaves.items())}
 
 
