@@ -108,3 +108,64 @@ def test_a_suite_dataset_run_in_another_folder_is_comparable(tmp_path: Path) -> 
                          capture_output=True, text=True, timeout=300)
     assert cmp.returncode == 0, cmp.stdout[-2000:] + cmp.stderr[-2000:]
     assert "differs" not in cmp.stdout + cmp.stderr
+
+
+GROUP_TASK = """\
+task: {name}
+dataset_path: {path}
+dataset_kwargs:
+  data_files: {{test: data/arith.jsonl}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: choices
+doc_to_target: label
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+metadata: {{version: 1.0}}
+"""
+
+
+def _group_project(tmp_path: Path, members: dict[str, str]) -> Path:
+    """A group ``g`` of json tasks (``members``: task -> the dataset_path its YAML loads), and a
+    suite whose entry for the group overrides the dataset with a 7-item file beside the suite."""
+    project = tmp_path / "project"
+    (project / "tasks" / "data").mkdir(parents=True)
+    rows = (ROOT / "examples" / "tasks" / "data" / "arith.jsonl").read_text().splitlines(keepends=True)
+    (project / "tasks" / "data" / "arith.jsonl").write_text("".join(rows[:20]))
+    (project / "pinned").mkdir()
+    (project / "pinned" / "seven.jsonl").write_text("".join(rows[20:27]))
+    for name, path in members.items():
+        (project / "tasks" / f"{name}.yaml").write_text(GROUP_TASK.format(name=name, path=path))
+    (project / "tasks" / "g.yaml").write_text(
+        "group: g\ntask: [" + ", ".join(members) + "]\naggregate_metric_list:\n"
+        "  - {metric: acc, aggregation: mean, weight_by_size: true}\nmetadata: {version: 1.0}\n")
+    (project / "gatekeeper.yaml").write_text(SUITE.replace(
+        "  - name: json_arith\n    limit: 20\n",
+        "  - name: g\n    dataset: {path: json, kwargs: {data_files: {test: pinned/seven.jsonl}}}\n"))
+    return project
+
+
+def _dry_run(project: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_CACHE": str(project.parent / "hf-cache")}
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
+                           str(ROOT / "examples" / "checkpoints" / "base"), "--dry-run", "--record-missing"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_group_entry_s_dataset_applies_to_each_of_its_tasks(tmp_path: Path) -> None:
+    """Issue #41: a `dataset:` override on a group entry (MMLU: one revision for 57 subjects) was
+    refused ("set it on each of its tasks"). It now applies to every member that loads that
+    dataset, its data files read beside the suite."""
+    proc = _dry_run(_group_project(tmp_path, {"g_a": "json", "g_b": "json"}))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "items: 14 in 2 tasks (g_a 7, g_b 7)" in proc.stdout, proc.stdout
+
+
+def test_a_group_s_dataset_names_the_tasks_that_load_another(tmp_path: Path) -> None:
+    project = _group_project(tmp_path, {"g_a": "json", "g_b": "json", "g_c": "org/other"})
+    proc = _dry_run(project)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ("tasks g: dataset 'json' applies to each of the group's tasks, and g_c (org/other) load another"
+            in proc.stderr), proc.stderr

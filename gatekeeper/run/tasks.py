@@ -45,7 +45,7 @@ def load_tasks(suite: Suite, tm: Any) -> tuple[list[Any], dict[str, tuple[Any, A
     groups: dict[str, list[str]] = {}
     for spec in suite.tasks:
         try:
-            with data_files_beside_yaml(tm, suite.include_path, _suite_datasets(suite)):
+            with data_files_beside_yaml(tm, suite.include_path, _suite_datasets(suite, tm)):
                 loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
         except GateError:
             raise
@@ -120,28 +120,90 @@ def _line_of(path: Path, member: str) -> int:
     return 1
 
 
-def _suite_datasets(suite: Suite) -> dict[str, Path]:
-    """{task: folder its ``dataset:`` data files are relative to} (the suite's folder)."""
+def _suite_datasets(suite: Suite, tm: Any) -> dict[str, Path]:
+    """{task: folder its ``dataset:`` data files are relative to} (the suite's folder): the
+    entries that set one, and each task of a group entry that does."""
     folder = Path(os.path.abspath(Path(suite.path).parent))
-    return {t.name: folder for t in suite.tasks if t.dataset is not None}
+    out = {}
+    for t in suite.tasks:
+        if t.dataset is not None:
+            out[t.name] = folder
+            out.update({leaf: folder for leaf in group_datasets(tm, t.name) if leaf != t.name})
+    return out
 
 
-def _with_dataset(tm: Any, spec: Any, suite: Suite) -> dict[str, Any]:
+def _with_dataset(tm: Any, spec: Any, suite: Suite) -> Any:
     """The task's own config (its YAML with includes and ``!function``s resolved, as lm-eval
     builds it) with the suite's ``dataset`` in place of the YAML's: lm-eval 0.4.13 takes such a
-    dict as an inline task. Only a task, not a group or tag, has one dataset."""
+    dict as an inline task. A group's override applies to each of its tasks (``_group_with_dataset``)."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
     entry = tm.task_index.get(spec.name)
+    if entry is not None and entry.yaml_path is not None and entry.kind.name == "GROUP":
+        return _group_with_dataset(tm, spec, suite)
     if entry is None or entry.yaml_path is None or entry.kind.name != "TASK":
         what = entry.kind.name.lower() if entry is not None else "unknown task"
-        raise GateError(f"{suite.path}: tasks {spec.name}: dataset applies to one task defined by a YAML, and "
-                        f"{spec.name!r} is a {what}; set it on each of its tasks")
+        raise GateError(f"{suite.path}: tasks {spec.name}: dataset applies to a task or a group defined by a YAML, "
+                        f"and {spec.name!r} is a {what}; set it on each of its tasks")
     cfg = dict(load_yaml(entry.yaml_path, resolve_func=True))
     cfg.pop("custom_dataset", None)
     cfg.update(dataset_path=spec.dataset["path"], dataset_name=spec.dataset.get("name"),
                dataset_kwargs=dict(spec.dataset.get("kwargs") or {}))
     return cfg
+
+
+def _group_with_dataset(tm: Any, spec: Any, suite: Suite) -> Any:
+    """The group built with the suite's ``dataset`` as an override lm-eval hands down to every
+    member task (nested groups and tags too): its path and kwargs (a revision, data files), and
+    its name only when given (MMLU's subjects each load their own config of one dataset). Every
+    member must load that dataset: the ones that load another are named."""
+    wanted = spec.dataset["path"]
+    other = {name: path for name, path in group_datasets(tm, spec.name).items() if path != wanted}
+    if other:
+        named = ", ".join(f"{name} ({path or 'a custom loader'})" for name, path in sorted(other.items())[:5])
+        more = f" and {len(other) - 5} more" if len(other) > 5 else ""
+        raise GateError(f"{spec.where or suite.path}: tasks {spec.name}: dataset {wanted!r} applies to each of the "
+                        f"group's tasks, and {named}{more} load another; set it on those tasks' own entries, or "
+                        "list the group's tasks that load it")
+    overrides = {"dataset_path": wanted, "dataset_kwargs": dict(spec.dataset.get("kwargs") or {})}
+    if spec.dataset.get("name") is not None:
+        overrides["dataset_name"] = spec.dataset["name"]
+    # lm-eval 0.4.13's factory hands a group's overrides to each member it builds; its public
+    # load() would take an inline group dict as overrides too, structure keys and all.
+    return tm._factory.build(tm.task_index[spec.name], overrides=overrides, registry=tm.task_index)
+
+
+def group_datasets(tm: Any, name: str, seen: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """{leaf task: the dataset_path it loads (None: a custom loader)} under group or tag ``name``,
+    read from the YAMLs (includes followed), nothing built."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = tm.task_index.get(name)
+    if entry is None or name in seen:
+        return {}
+    kind = entry.kind.name
+    if kind in ("TASK", "PY_TASK"):
+        cfg = load_yaml(entry.yaml_path, resolve_func=False, recursive=True) if entry.yaml_path else entry.cfg
+        cfg = cfg or {}
+        return {name: None if "custom_dataset" in cfg else cfg.get("dataset_path")}
+    if kind == "TAG":
+        members: list[Any] = sorted(n for n, e in tm.task_index.items() if name in (e.tags or ()))
+    else:
+        cfg = load_yaml(entry.yaml_path, resolve_func=False) if entry.yaml_path else entry.cfg or {}
+        task = cfg.get("task") or []
+        members = [task] if isinstance(task, str) else list(task)
+    out: dict[str, str | None] = {}
+    for member in members:
+        if isinstance(member, dict):  # a member with its own overrides, or an inline task
+            ref = member.get("task") or member.get("group")
+            if ref in tm.task_index:
+                found = group_datasets(tm, ref, (*seen, name))
+                out.update({k: member.get("dataset_path", v) for k, v in found.items()})
+            elif member.get("task"):
+                out[member["task"]] = member.get("dataset_path")
+        elif isinstance(member, str):
+            out.update(group_datasets(tm, member, (*seen, name)))
+    return out
 
 
 def task_plan(leaves: dict[str, tuple[Any, Any]], groups: dict[str, list[str]], cli_limit: Any) -> RunPlan:
