@@ -110,20 +110,7 @@ def test_a_suite_dataset_run_in_another_folder_is_comparable(tmp_path: Path) -> 
     assert "differs" not in cmp.stdout + cmp.stderr
 
 
-GROUP_TASK = """\
-task: {name}
-dataset_path: {path}
-dataset_kwargs:
-  data_files: {{test: data/arith.jsonl}}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: choices
-doc_to_target: label
-metric_list:
-  - {{metric: acc, aggregation: mean, higher_is_better: true}}
-metadata: {{version: 1.0}}
-"""
+GROUP_TASK = TASK.replace("task: json_arith\ndataset_path: json\n", "task: {name}\ndataset_path: {path}\n")
 
 
 def _group_project(tmp_path: Path, members: dict[str, str]) -> Path:
@@ -136,7 +123,7 @@ def _group_project(tmp_path: Path, members: dict[str, str]) -> Path:
     (project / "pinned").mkdir()
     (project / "pinned" / "seven.jsonl").write_text("".join(rows[20:27]))
     for name, path in members.items():
-        (project / "tasks" / f"{name}.yaml").write_text(GROUP_TASK.format(name=name, path=path))
+        (project / "tasks" / f"{name}.yaml").write_text(GROUP_TASK.format(name=name, path=path, data="data/arith.jsonl"))
     (project / "tasks" / "g.yaml").write_text(
         "group: g\ntask: [" + ", ".join(members) + "]\naggregate_metric_list:\n"
         "  - {metric: acc, aggregation: mean, weight_by_size: true}\nmetadata: {version: 1.0}\n")
