@@ -149,22 +149,14 @@ def items_checker(stored: RunResults | None) -> runner.ItemsCheck | None:
 
 def baseline_checks(path: Path | None, suite: Suite) -> tuple[dict[str, str], runner.ItemsCheck | None]:
     """What a run judged later against the baseline file at ``path`` (a shard, a wave, the
-    action's ``run``) evaluates at and is checked against before its model loads: the dataset
-    lock, and the items check ({} and None when there is no baseline)."""
+    action's ``run``) evaluates at, so it is comparable with that baseline, and is checked
+    against before its model loads: the dataset lock, and the items check ({} and None when
+    there is no baseline)."""
     if path is None or not Path(path).is_file():
         return {}, None
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         stored = store.load_baseline(Path(path))
     return dataset_lock(stored), items_checker(stored)
-
-
-def baseline_lock(path: Path | None, suite: Suite) -> dict[str, str]:
-    """The dataset lock of the baseline file at ``path`` ({} when there is none): what ``run``
-    evaluates at, so a shard or wave is comparable with the baseline it will be judged against."""
-    if path is None or not Path(path).is_file():
-        return {}
-    with trusted_code(suite.include_path, tuple(suite.task_names)):
-        return dataset_lock(store.load_baseline(Path(path)))
 
 
 def _reference(suite: Suite, baseline_path: Path, policy: Policy | None
@@ -689,7 +681,7 @@ def plan_mutants(suite_path: str | Path, model: str | Path, *, out_dir: str | Pa
         raise GateError(f"{out}: not empty; plan --mutants writes its checkpoints and runs into a new folder")
     log(f"mutants: the reference run of {model}")
     reference = record_run(runner.run_suite(suite, str(model_dir), out / "reference", device=device, log=log,
-                                            lock=baseline_lock(suite.baseline_path, suite)),
+                                            lock=baseline_checks(suite.baseline_path, suite)[0]),
                            suite, path=out / "reference.json.gz")
     rows = []
     variants: list[Any] = [*mutants.BUILDERS, mutants.other_batch_size(suite.model.get("batch_size"))]

@@ -362,9 +362,13 @@ class MutantsPlan:
         return [r for r in self.rows if not r.should_fail and r.counted]
 
     @property
+    def caught(self) -> int:
+        return sum(r.flagged for r in self.due)
+
+    @property
     def catch_rate(self) -> float:
         """Flagged among the variants whose measured effect is beyond a margin."""
-        return sum(r.flagged for r in self.due) / len(self.due) if self.due else math.nan
+        return self.caught / len(self.due) if self.due else math.nan
 
     @property
     def false_alarm_rate(self) -> float:

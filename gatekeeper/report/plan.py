@@ -114,7 +114,7 @@ def _mutant_cells(r: MutantRow) -> list[str]:
 
 def _mutant_summary(p: MutantsPlan) -> list[str]:
     due, within = p.due, p.within
-    caught = sum(r.flagged for r in due)
+    caught = p.caught
     alarms = sum(r.flagged for r in within)
     errors = [r for r in p.rows if r.error]
     rate = f" ({p.catch_rate:.0%})" if due else ""
@@ -156,7 +156,7 @@ def mutants_markdown(p: MutantsPlan) -> str:
 
 def mutants_json(p: MutantsPlan) -> dict[str, Any]:
     return {"suite": p.suite, "model": p.model, "sequential": p.sequential, "catch_rate": _finite(p.catch_rate),
-            "false_alarm_rate": _finite(p.false_alarm_rate), "caught": sum(r.flagged for r in p.due),
+            "false_alarm_rate": _finite(p.false_alarm_rate), "caught": p.caught,
             "counted": len(p.due), "catch_bar": CATCH_BAR, "meets_bar": p.meets_bar,
             "borderline": [r.name for r in p.rows if r.borderline and not r.error],
             "variants": [{"name": r.name, "defect": r.defect, "what": r.what, "verdict": r.verdict,

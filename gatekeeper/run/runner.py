@@ -302,7 +302,7 @@ class DryRun:
     prompts: dict[str, list[tuple[str, str, str]]]
     plan: RunPlan
     datasets: dict[str, str] = field(default_factory=dict)  # hub dataset -> the commit it would evaluate
-    # leaf task -> (doc_hash, target_hash) of each document it would evaluate, as lm-eval logs them
+    # leaf task -> (doc_hash, target_hash) of each of its documents, as lm-eval logs them (``built_hashes``)
     hashes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     # group -> its leaves and aggregation, as lm-eval will aggregate it (``tasks.group_aggregations``)
     groups: dict[str, Any] = field(default_factory=dict)

@@ -43,9 +43,13 @@ def load_tasks(suite: Suite, tm: Any) -> tuple[list[Any], dict[str, tuple[Any, A
     top: list[Any] = []
     leaves: dict[str, tuple[Any, Any]] = {}
     groups: dict[str, list[str]] = {}
+    # Read once (group entries' members are read from their YAMLs), inside the first entry's
+    # error handling: a broken group YAML is reported as that entry's load error.
+    datasets: dict[str, Path] | None = None
     for spec in suite.tasks:
         try:
-            with data_files_beside_yaml(tm, suite.include_path, _suite_datasets(suite, tm)):
+            datasets = _suite_datasets(suite, tm) if datasets is None else datasets
+            with data_files_beside_yaml(tm, suite.include_path, datasets):
                 loaded = tm.load([_with_dataset(tm, spec, suite) if spec.dataset is not None else spec.name])
         except GateError:
             raise

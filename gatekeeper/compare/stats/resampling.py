@@ -331,6 +331,12 @@ def _draw_counts(m: int, size: int, seed: np.random.SeedSequence, levels: int = 
     return out
 
 
+def counts_kept(m: int, n_resamples: int, levels: int = 1) -> bool:
+    """Whether ``count_chunks`` keeps these draw counts for the next metric (one byte per unit,
+    resample and level, within half the cache)."""
+    return m * n_resamples * levels <= COUNTS_CACHE_BYTES // 2
+
+
 def count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence,
                  levels: int = 1) -> Iterator[np.ndarray]:
     """The bootstrap's draw counts (``_draw_counts``), chunk by chunk; kept for the next metric
@@ -343,7 +349,7 @@ def count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence,
         _COUNTS.move_to_end(key)
         yield from hit
         return
-    if m * n_resamples * levels > COUNTS_CACHE_BYTES // 2:  # too big to keep: draw as we go
+    if not counts_kept(m, n_resamples, levels):  # too big to keep: draw as we go
         for size, seed in zip(sizes, seeds, strict=True):
             yield _draw_counts(m, size, seed, levels)
         return

@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from gatekeeper.compare.stats.resampling import (
-    COUNTS_CACHE_BYTES,
     BootstrapResult,
     chunk_sizes,
     count_chunks,
+    counts_kept,
     few_distinct_rows,
     matmul,
     percentile_interval,
@@ -81,7 +81,7 @@ def _hall(sums: np.ndarray, m: int, centre: np.ndarray, floor: float) -> np.ndar
     mu = sums[:, 0] / m
     m2 = np.maximum(sums[:, 1] / m - mu**2, 0.0)
     m3 = sums[:, 2] / m - 3 * mu * sums[:, 1] / m + 2 * mu**3
-    se = np.sqrt(m2 * m / (m - 1) / m)
+    se = np.sqrt(m2 / (m - 1))  # the resample's s / sqrt(m), s with m - 1
     t = (mu - centre) / np.maximum(se, floor)
     a, b = _coefficients(_skew(m2, m3), m)
     return t + a * t * t + a * a * t**3 / 3 + b
@@ -102,7 +102,7 @@ def _two_levels(x: np.ndarray, m: int, n_resamples: int,
     few = few_distinct_rows(x, m // 8) if m > 64 else None
     outer: list[np.ndarray] = []
     inner: list[np.ndarray] = []
-    if few is None and 2 * m * n_resamples <= COUNTS_CACHE_BYTES // 2:
+    if few is None and counts_kept(m, n_resamples, levels=2):
         # kept for the task's next metric with as many items (resampling.count_chunks)
         for pair in count_chunks(m, n_resamples, seed_seq, levels=2):
             outer.append(matmul(pair[0].astype(np.float64), x))
