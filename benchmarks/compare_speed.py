@@ -1,31 +1,40 @@
-"""How fast is `gatekeeper compare` on a large suite, against lm-eval's own bootstrap?
+"""How fast is `gatekeeper compare` on a large suite, against the bootstrap a team would write?
 
 Builds a synthetic 60-task suite in lm-eval 0.4.13's on-disk format (results_*.json +
-samples_*.jsonl, hashes and task_hashes consistent, aggregates exact): 100,000 items in total,
-10% of them in ratio-of-sums metrics (loglikelihood_rolling: word/byte perplexity, bits per
-byte), the rest right/wrong (acc). Then, in the same run:
+samples_*.jsonl, hashes and task_hashes consistent, aggregates exact), with lines shaped like
+lm-eval's multiple-choice lines (the prompt once per choice, the loglikelihoods, the doc: about
+1.2 KB a line): 100,000 items in total by default, 10% of them in ratio-of-sums metrics
+(loglikelihood_rolling: word/byte perplexity, bits per byte), the rest right/wrong (acc). Then,
+in the same run:
 
   A1. `gatekeeper compare BASE_RUN CAND_RUN --resamples 10000` as a subprocess (the whole
       command: interpreter start, reading both lm-eval runs, statistics, snippets, reports);
   A2. the realistic gate: the baseline stored as a gatekeeper baseline file
       (`store.save_baseline`) against the candidate run dir;
+  parts: the same compare in one process, timed stage by stage (imports, reading both sides,
+      statistics, snippets, reports);
   B.  lm-eval's `bootstrap_stderr` with the same number of resamples on the same data (one call
       per task and metric on the candidate run: lm-eval's own per-run stderr, not even paired);
-  C.  the plain paired bootstrap a team would write itself (numpy, in this process, data already
-      in memory: resample item indices, recompute both runs' aggregates, per task and metric;
-      the approach of paired-evalkit and similar tools), with the same number of resamples.
+  C.  the anchor: the plain paired bootstrap a team would write itself (numpy, in this process,
+      data already in memory: resample item indices, recompute both runs' aggregates, per task
+      and metric; the approach of paired-evalkit and similar tools), same number of resamples.
 
-Each gatekeeper figure is the best of 3 runs, wall and CPU (user+sys of the subprocess, which
-is what to trust on a shared machine). Prints the ratios B/A and C/A. Goal on 2 cores: A < 5 s
-and B/A >= 20; C/A says how gatekeeper's whole command (reading, tests, MDE, reports) compares
-with only the resampling loop a naive gate would run.
-Usage: python benchmarks/compare_speed.py [--resamples 10000] [--lmeval-iters N] [--keep DIR] [--confusion]
-                                         [--groups N]
+Each gatekeeper figure is the best of 3 runs: wall, CPU (user+sys of the subprocess, which is
+what to trust on a shared machine) and peak RSS of that process. The subprocesses run with
+bytecode written and read (as in the action's image, where pip compiles it at install), after
+one warm-up run. Ratios are against anchor C measured in the same run. Goals on 2 cores
+(issue #39): C/A >= 3, peak RSS at most half of the previous reader's, cost linear in items.
+
+Usage: python benchmarks/compare_speed.py [--items N] [--resamples 10000] [--lmeval-iters N | --no-lmeval]
+                                         [--keep DIR] [--confusion] [--groups N] [--against DIR] [--record]
+       python benchmarks/compare_speed.py --scale     A1, parts and C at 10k, 100k and 1M items
 `--lmeval-iters` runs lm-eval with fewer resamples and extrapolates linearly (it says so).
 `--confusion`: 20% of the items are in two-choice tasks that also report f1 and mcc
 (matthews_corrcoef), tested through per-item confusion counts.
 `--groups N`: the acc tasks in N lm-eval groups under one outer group; every group's aggregate is
 gated too (issue #24: run with and without it to compare wall time and peak memory).
+`--against DIR`: also time the `gatekeeper compare` of another checkout (e.g. a git worktree of
+an older commit) on the same files, for before/after figures.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +61,9 @@ N_TASKS, N_ITEMS, RATIO_SHARE = 60, 100_000, 0.10
 CONFUSION_SHARE = 0.0  # --confusion: 0.20
 GROUPS = 0  # --groups N: the acc tasks in N lm-eval groups under one outer group (issue #24)
 TS = "2026-01-01T00-00-00.000000"
+_FILLER = ("Which of the following best explains the observation described in the passage above, given "
+           "the conditions stated in the second paragraph and the measurements reported in the table?")
+_CHOICES = ("A", "B", "C", "D")
 RATIO_METRICS = {"word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
                  "bits_per_byte": "bits_per_byte"}
 
@@ -83,11 +96,16 @@ def _write_run(root: Path, name: str, data: dict[str, dict[str, np.ndarray]]) ->
         lines, joined = [], []
         entry = {"alias": task, "name": task, "sample_len": n}
         for i in range(n):
-            doc = {"q": f"{task} item {i}"}
+            doc = {"question": f"{task} item {i}: {_FILLER}", "choices": list(_CHOICES), "answer": i % 4}
             dh = _sha(json.dumps(doc, indent=2, ensure_ascii=False))
             ph, th = _sha(f"prompt {task} {i}"), _sha(f"target {task} {i}")
             joined.append(dh + ph + th)
-            line = {"doc_id": i, "doc": doc, "target": "0", "arguments": {}, "resps": [], "filtered_resps": [],
+            # lm-eval's multiple-choice line: the prompt once per choice, one loglikelihood each
+            prompt = f"Question: {doc['question']}\nAnswer:"
+            lls = [[round(-1.0 - 0.37 * k - (i % 7) * 0.11, 6), k == 0] for k in range(4)]
+            line = {"doc_id": i, "doc": doc, "target": i % 4,
+                    "arguments": {f"gen_args_{k}": {"arg_0": prompt, "arg_1": f" {c}"} for k, c in enumerate(_CHOICES)},
+                    "resps": [[[str(ll), str(g)]] for ll, g in lls], "filtered_resps": [[ll, g] for ll, g in lls],
                     "filter": "none", "doc_hash": dh, "prompt_hash": ph, "target_hash": th}
             if "gold" in cols:
                 g, p = int(cols["gold"][i]), int(cols["pred"][i])
@@ -183,21 +201,83 @@ def make_suite(root: Path, seed: int = 0) -> tuple[Path, Path, dict, dict]:
     return _write_run(root, "base", base), _write_run(root, "cand", cand), base, cand
 
 
-def _child_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
+def _env(root: Path | None = None) -> dict[str, str]:
+    """The subprocesses' environment: bytecode written and read, as in the action's image."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if root is not None:
+        env["PYTHONPATH"] = str(root)
+    return env
 
 
-def time_gatekeeper(base: Path, cand: Path, resamples: int, out: Path) -> tuple[float, float]:
-    """(wall, CPU) seconds of one whole `gatekeeper compare` subprocess."""
+@dataclass
+class Measured:
+    wall: float
+    cpu: float
+    rss_mib: float
+
+
+def time_gatekeeper(base: Path, cand: Path, resamples: int, out: Path, root: Path | None = None) -> Measured:
+    """One whole `gatekeeper compare` subprocess (``root``: another checkout's gatekeeper)."""
     cmd = [sys.executable, "-m", "gatekeeper", "compare", str(base), str(cand), "--resamples", str(resamples),
            "--json", str(out / "report.json"), "--markdown", str(out / "report.md")]
-    cpu0, t0 = _child_cpu(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
+    measured, proc = _wait_measured(cmd, root)
     if proc.returncode not in (0, 1):
         sys.exit(f"gatekeeper compare failed (exit {proc.returncode}):\n{proc.stderr}")
-    return wall, cpu
+    return measured
+
+
+def _wait_measured(cmd: list[str], root: Path | None) -> tuple[Measured, subprocess.CompletedProcess]:
+    """Like run_measured, reaping the child with os.wait4 so its own rusage is read."""
+    import threading
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(root),
+                            cwd=root or Path(__file__).resolve().parent.parent)
+    chunks: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: chunks.__setitem__(n, f.read()))
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    for t in readers:
+        t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done = subprocess.CompletedProcess(cmd, proc.returncode, chunks.get("out", ""), chunks.get("err", ""))
+    return Measured(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024), done
+
+
+_PARTS = """
+import json, sys, time
+t0 = time.perf_counter()
+import numpy
+from gatekeeper import report
+from gatekeeper.baseline.store import load_any
+from gatekeeper.compare.compare import attach_snippets, compare_runs
+from gatekeeper.suite.policy import Policy
+t1 = time.perf_counter()
+base, cand = load_any(sys.argv[1]), load_any(sys.argv[2])
+t2 = time.perf_counter()
+outcome = compare_runs(base, cand, Policy(resamples=int(sys.argv[3])), seed=0)
+t3 = time.perf_counter()
+attach_snippets(outcome)
+t4 = time.perf_counter()
+json.dumps(report.to_json(outcome)); report.render_markdown(outcome); report.render_terminal(outcome)
+t5 = time.perf_counter()
+print(json.dumps({"imports": t1 - t0, "reading": t2 - t1, "statistics": t3 - t2, "snippets": t4 - t3,
+                  "reports": t5 - t4}))
+"""
+
+
+def time_parts(base: Path, cand: Path, resamples: int, root: Path | None = None) -> dict[str, float]:
+    """The compare's stages, timed in one process (best of 3 per stage)."""
+    runs = []
+    for _ in range(3):
+        _, proc = _wait_measured([sys.executable, "-c", _PARTS, str(base), str(cand), str(resamples)], root)
+        if proc.returncode != 0:
+            sys.exit(f"parts failed:\n{proc.stderr}")
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return {k: min(r[k] for r in runs) for k in runs[0]}
 
 
 def save_baseline_file(base: Path, root: Path) -> Path:
@@ -209,16 +289,21 @@ def save_baseline_file(base: Path, root: Path) -> Path:
     return path
 
 
-def best_of(n: int, base: Path, cand: Path, resamples: int, out: Path) -> tuple[float, float, list]:
-    runs = [time_gatekeeper(base, cand, resamples, out) for _ in range(n)]
-    return min(w for w, _ in runs), min(c for _, c in runs), runs
+def best_of(n: int, base: Path, cand: Path, resamples: int, out: Path, root: Path | None = None) -> list[Measured]:
+    """``n`` timed runs after one warm-up (bytecode written, files in the page cache)."""
+    time_gatekeeper(base, cand, resamples, out, root)
+    return [time_gatekeeper(base, cand, resamples, out, root) for _ in range(n)]
+
+
+def best(runs: list[Measured]) -> Measured:
+    return Measured(min(r.wall for r in runs), min(r.cpu for r in runs), min(r.rss_mib for r in runs))
 
 
 def time_lmeval(cand: dict, iters: int) -> tuple[float, float]:
     """(wall, CPU) of lm-eval's bootstrap_stderr; CPU counts its multiprocessing pool too."""
     from lm_eval.api.metrics import bits_per_byte, bootstrap_stderr, mean, weighted_perplexity
 
-    cpu0, t0 = time.process_time() + _child_cpu(), time.perf_counter()
+    cpu0, t0 = time.process_time() + _children_cpu(), time.perf_counter()
     from lm_eval.api.metrics import f1_score, matthews_corrcoef
 
     for cols in cand.values():
@@ -233,7 +318,12 @@ def time_lmeval(cand: dict, iters: int) -> tuple[float, float]:
             bootstrap_stderr(weighted_perplexity, list(zip(ll, cols["words"].tolist(), strict=True)), iters)
             bootstrap_stderr(weighted_perplexity, list(zip(ll, cols["bytes"].tolist(), strict=True)), iters)
             bootstrap_stderr(bits_per_byte, list(zip(ll, cols["bytes"].tolist(), strict=True)), iters)
-    return time.perf_counter() - t0, time.process_time() + _child_cpu() - cpu0
+    return time.perf_counter() - t0, time.process_time() + _children_cpu() - cpu0
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def time_naive_paired_bootstrap(base: dict, cand: dict, resamples: int, seed: int = 0) -> tuple[float, float]:
@@ -262,45 +352,122 @@ def time_naive_paired_bootstrap(base: dict, cand: dict, resamples: int, seed: in
     return time.perf_counter() - t0, time.process_time() - cpu0
 
 
+def _suite(root: Path) -> tuple[Path, Path, dict, dict]:
+    t0 = time.perf_counter()
+    base, cand_dir, base_cols, cand = make_suite(root)
+    size = sum(p.stat().st_size for p in root.rglob("samples_*") if p.is_file())
+    print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums, "
+          f"{CONFUSION_SHARE:.0%} two-choice with f1 and mcc"
+          + (f", the acc tasks in {GROUPS} groups under one more" if GROUPS else "") + "), "
+          f"samples files {size / 2**20:.0f} MiB for both runs, built in {time.perf_counter() - t0:.0f} s")
+    return base, cand_dir, base_cols, cand
+
+
+def _say(label: str, runs: list[Measured], report: dict | None = None) -> None:
+    b = best(runs)
+    extra = f"; {len(report['comparisons'])} comparisons, verdict {report['verdict']}" if report else ""
+    print(f"{label}: wall {b.wall:.2f} s, CPU {b.cpu:.2f} s, peak RSS {b.rss_mib:.0f} MiB (best of {len(runs)}; "
+          f"walls {', '.join(f'{r.wall:.2f}' for r in runs)}){extra}")
+
+
+def _say_parts(label: str, parts: dict[str, float]) -> None:
+    print(f"{label} parts: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
+          + f" (sum {sum(parts.values()):.2f} s)")
+
+
+def scale(args: argparse.Namespace) -> None:
+    """A1, its parts and anchor C at 10k, 100k and 1M items: how the cost grows."""
+    global N_ITEMS
+    rows = []
+    for n in (10_000, 100_000, 1_000_000):
+        N_ITEMS = n
+        root = Path(tempfile.mkdtemp(prefix=f"gk-bench-{n}-"))
+        base, cand_dir, base_cols, cand = _suite(root)
+        runs = best_of(1 if n >= 1_000_000 else 3, base, cand_dir, args.resamples, root)
+        _say(f"A1 {n:>9,} items", runs, json.loads((root / "report.json").read_text()))
+        parts = time_parts(base, cand_dir, args.resamples) if n < 1_000_000 else {}
+        if parts:
+            _say_parts(f"   {n:>9,} items", parts)
+        naive, _ = time_naive_paired_bootstrap(base_cols, cand, args.resamples)
+        print(f"C  {n:>9,} items: wall {naive:.2f} s")
+        rows.append((n, best(runs), naive))
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    print("\nitems       A1 wall   per 100k items   A1 RSS    C wall   C/A1")
+    for n, m, naive in rows:
+        print(f"{n:>9,}  {m.wall:7.2f} s  {m.wall / n * 1e5:9.2f} s   {m.rss_mib:6.0f} MiB  {naive:7.2f} s  "
+              f"{naive / m.wall:4.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=N_ITEMS)
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--lmeval-iters", type=int, default=None,
                     help="run lm-eval with this many resamples and extrapolate to --resamples")
+    ap.add_argument("--no-lmeval", action="store_true", help="skip B (lm-eval's bootstrap)")
     ap.add_argument("--keep", type=Path, help="write the synthetic runs here and keep them")
     ap.add_argument("--confusion", action="store_true", help="20%% of the items in f1/mcc tasks")
     ap.add_argument("--groups", type=int, default=0, metavar="N",
                     help="put the acc tasks in N lm-eval groups under one outer group (gated too)")
+    ap.add_argument("--against", type=Path, metavar="DIR", help="also time this checkout's gatekeeper")
+    ap.add_argument("--scale", action="store_true", help="A1, parts and C at 10k, 100k and 1M items")
     ap.add_argument("--record", action="store_true", help="write the figures to benchmarks/figures.json")
     args = ap.parse_args()
-    global CONFUSION_SHARE, GROUPS
+    global CONFUSION_SHARE, GROUPS, N_ITEMS
     CONFUSION_SHARE = 0.20 if args.confusion else 0.0
     GROUPS = max(0, args.groups)
+    N_ITEMS = args.items
+    print(f"cores: {figures_mod.cores()}")
+    if args.scale:
+        scale(args)
+        return
     root = args.keep or Path(tempfile.mkdtemp(prefix="gk-bench-"))
     root.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    base, cand_dir, base_cols, cand = make_suite(root)
-    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums, "
-          f"{CONFUSION_SHARE:.0%} two-choice with f1 and mcc"
-          + (f", the acc tasks in {GROUPS} groups under one more" if GROUPS else "") + "), "
-          f"{size / 2**20:.1f} MiB on disk per two runs, built in {time.perf_counter() - t0:.1f} s")
-    print(f"cores: {os.cpu_count()}")
-
+    base, cand_dir, base_cols, cand = _suite(root)
     baseline_file = save_baseline_file(base, root)
     print(f"baseline file: {baseline_file.stat().st_size / 2**20:.1f} MiB ({baseline_file.name})")
 
-    figures = {}
+    figures: dict[str, Measured] = {}
     for label, left in (("A1 run vs run          ", base), ("A2 baseline file vs run", baseline_file)):
-        wall, cpu, runs = best_of(3, left, cand_dir, args.resamples, root)
-        figures[label] = (wall, cpu)
-        report = json.loads((root / "report.json").read_text())
-        print(f"{label}: wall {wall:.2f} s, CPU {cpu:.2f} s (best of 3; walls "
-              f"{', '.join(f'{w:.2f}' for w, _ in runs)}); {len(report['comparisons'])} comparisons, "
-              f"verdict {report['verdict']}")
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS of a gatekeeper subprocess: {rss:.0f} MiB")
+        runs = best_of(3, left, cand_dir, args.resamples, root)
+        figures[label] = best(runs)
+        _say(label, runs, json.loads((root / "report.json").read_text()))
+    parts = time_parts(base, cand_dir, args.resamples)
+    _say_parts("A1", parts)
+    if args.against:
+        runs = best_of(3, base, cand_dir, args.resamples, root, root=args.against.resolve())
+        figures["A0 run vs run, --against"] = best(runs)
+        _say(f"A0 run vs run, {args.against}", runs, json.loads((root / "report.json").read_text()))
+        _say_parts("A0", time_parts(base, cand_dir, args.resamples, root=args.against.resolve()))
 
+    naive_wall, naive_cpu = time_naive_paired_bootstrap(base_cols, cand, args.resamples)
+    print(f"C  plain numpy paired bootstrap, {args.resamples:,} resamples, data in memory: wall {naive_wall:.2f} s, "
+          f"CPU {naive_cpu:.2f} s")
+    lm_wall = lm_cpu = None
+    if not args.no_lmeval:
+        lm_wall, lm_cpu = _lmeval(cand, args)
+    for label, m in figures.items():
+        name = label.split()[0]
+        lm = f"B/{name}: wall {lm_wall / m.wall:.1f}x, CPU {lm_cpu / m.cpu:.1f}x; " if lm_wall else ""
+        print(f"ratio {lm}C/{name}: wall {naive_wall / m.wall:.1f}x, CPU {naive_cpu / m.cpu:.1f}x")
+    print("goals: C/A >= 3x on 2 cores (issue #39), B/A >= 20x; peak RSS at most half the previous reader's")
+    if args.record:
+        tag = "_confusion" if args.confusion else ""
+        a1, a2 = figures["A1 run vs run          "], figures["A2 baseline file vs run"]
+        found = {
+            f"compare_wall{tag}": (f"{a2.wall:.1f} s", a2.wall),
+            f"naive_ratio{tag}": (f"{naive_wall / a1.wall:.1f}×", naive_wall / a1.wall),
+        }
+        if lm_wall is not None:
+            found[f"lmeval_bootstrap{tag}"] = (f"~{lm_wall:.0f} s", lm_wall)
+        if not tag:
+            found["compare_rss"] = (f"{a1.rss_mib:.0f} MiB", a1.rss_mib)
+            found["compare_read"] = (f"{parts['reading']:.2f} s", parts["reading"])
+        figures_mod.record("benchmarks/compare_speed.py", found,
+                           note=f"{N_ITEMS:,} items, {args.resamples:,} resamples, {CONFUSION_SHARE:.0%} f1/mcc")
+
+
+def _lmeval(cand: dict, args: argparse.Namespace) -> tuple[float, float]:
     if args.lmeval_iters is None or args.lmeval_iters >= args.resamples:
         lm_wall, lm_cpu = time_lmeval(cand, args.resamples)
         how = "measured"
@@ -315,28 +482,13 @@ def main() -> None:
         per = max(c2 - c1, 0.0) / n1
         fixed = max(c1 - per * n1, 0.0)
         lm_cpu = fixed + per * args.resamples
-        lm_wall = fixed + per * args.resamples / (os.cpu_count() or 1)
+        lm_wall = fixed + per * args.resamples / figures_mod.cores()
         how = (f"extrapolated from {n1:,} and {2 * n1:,} resamples (CPU {c1:.2f} s and {c2:.2f} s): "
                f"fixed {fixed:.2f} s + {per * 1000:.3f} s per 1000 resamples; wall assumes all "
-               f"{os.cpu_count()} cores busy")
+               f"{figures_mod.cores()} cores busy")
     print(f"B  lm-eval bootstrap_stderr, {args.resamples:,} resamples: wall {lm_wall:.2f} s, "
           f"CPU {lm_cpu:.2f} s ({how})")
-    naive_wall, naive_cpu = time_naive_paired_bootstrap(base_cols, cand, args.resamples)
-    print(f"C  plain numpy paired bootstrap, {args.resamples:,} resamples, data in memory: wall {naive_wall:.2f} s, "
-          f"CPU {naive_cpu:.2f} s")
-    for label, (wall, cpu) in figures.items():
-        name = label.split()[0]
-        print(f"ratio B/{name}: wall {lm_wall / wall:.1f}x, CPU {lm_cpu / cpu:.1f}x; "
-              f"C/{name}: wall {naive_wall / wall:.1f}x, CPU {naive_cpu / cpu:.1f}x")
-    print("goal: A wall < 5 s on 2 cores, B/A >= 20x, C/A > 1")
-    if args.record:
-        tag = "_confusion" if args.confusion else ""
-        wall = figures["A2 baseline file vs run"][0]
-        figures_mod.record("benchmarks/compare_speed.py", {
-            f"compare_wall{tag}": (f"{wall:.1f} s", wall),
-            f"lmeval_bootstrap{tag}": (f"~{lm_wall:.0f} s", lm_wall),
-            f"naive_ratio{tag}": (f"{naive_wall / wall:.1f}×", naive_wall / wall),
-        }, note=f"{N_ITEMS:,} items, {args.resamples:,} resamples, {CONFUSION_SHARE:.0%} f1/mcc")
+    return lm_wall, lm_cpu
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ import numpy as np
 #   "corpus": [reference, prediction] per item; score = corpus metric (bleu, chrf, chrf++, ter)
 Kind = str
 
+# Item hashes are kept as their first 16 hex digits (64 bits), in memory and in baseline files:
+# a chance collision is irrelevant at any suite size, and 16 digits take a quarter of the memory.
+HASH_CHARS = 16
+
 
 @dataclass(frozen=True)
 class SeriesKey:
@@ -47,8 +51,8 @@ class MetricSeries:
       kinds "brier", "median": float64 (n,); "nanmean": float64 (n,), NaN allowed.
       kind "function": object array (n,): the JSON value lm-eval logged per item.
       (gatekeeper.results.metrics.KINDS: each kind validates, stores and tests its own shape.)
-    hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex, may be
-      truncated to a common prefix length by the baseline store; compare on that prefix).
+    hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex; the readers keep
+      ``HASH_CHARS`` digits, other sources may hold more or fewer: compare on the common prefix).
     clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).
     reported: the aggregate lm-eval wrote in results.json (None for a baseline file that
       has no results.json; the store keeps it though).
@@ -121,6 +125,8 @@ class RunResults:
     notes:    human-readable remarks made while loading ("3 runs in DIR, took the newest: ...").
     untestable: {(task, filter, metric): aggregation name} for metrics the run reported but
               gatekeeper cannot test (unknown aggregation); a suite that gates one is an error.
+    sample_lines: {(task, filter): (doc_ids, byte offsets)}: where each item's line starts in
+              the task's samples file (lm-eval runs only), so snippets are read by seeking.
     """
 
     provenance: Provenance
@@ -130,6 +136,7 @@ class RunResults:
     snippets: dict[tuple[str, str], dict[int, ItemSnippet]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     untestable: dict[SeriesKey, str] = field(default_factory=dict)
+    sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def tasks(self) -> list[str]:

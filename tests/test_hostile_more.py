@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gatekeeper.errors import GateError
@@ -239,12 +240,17 @@ _MEASURE = (
     "sys.stdout.write(f'{p.returncode} {wall} {rss}\\n' + p.stdout + '\\0' + p.stderr)\n"
 )
 
+# The reader keeps where each line starts (run.sample_lines); the test passes the offsets of the
+# lines it wrote, doc_id i at offsets[i].
 _SNIPPETS = (
     "import sys\n"
-    "from pathlib import Path\n"
+    "import numpy as np\n"
     "from gatekeeper.model import Provenance, RunResults\n"
     "from gatekeeper.results.snippets import attach_snippets\n"
-    "run = RunResults(Provenance(source=sys.argv[1], configs={'big': {'output_type': 'generate_until'}}), {})\n"
+    "offsets = np.array([int(x) for x in sys.argv[3].split(',')])\n"
+    "lines = {('big', 'none'): (np.arange(offsets.size), offsets)}\n"
+    "run = RunResults(Provenance(source=sys.argv[1], configs={'big': {'output_type': 'generate_until'}}), {},\n"
+    "                 sample_lines=lines)\n"
     "attach_snippets(run, {('big', 'none'): {int(x) for x in sys.argv[2].split(',')}})\n"
     "got = run.snippets.get(('big', 'none'), {})\n"
     "print(' '.join(f'{k}:{got[k].output}' for k in sorted(got)))\n"
@@ -277,26 +283,36 @@ def big_run(tmp_path: Path) -> tuple[Path, Path]:
     return results, tmp_path / "samples_big_2026-12-01T00-00-00.000001.jsonl"
 
 
-def test_snippets_stream_a_large_samples_file(big_run: tuple[Path, Path]) -> None:
+def _write_lines(path: Path, lines: list[bytes]) -> str:
+    """Write the lines; their start offsets, comma-separated."""
+    starts = np.cumsum([0] + [len(x) for x in lines[:-1]])
+    path.write_bytes(b"".join(lines))
+    return ",".join(map(str, starts.tolist()))
+
+
+def test_snippets_seek_to_their_lines_of_a_large_samples_file(big_run: tuple[Path, Path]) -> None:
     results, samples = big_run
-    with samples.open("wb") as fh:  # 3000 lines of 40 KB: 120 MB
-        for i in range(3000):
-            fh.write(_sample_line(i, 40_000))
-        fh.write(_sample_line(3000, 10, canonical=False))  # another key order is still found
+    # 3000 lines of 40 KB (120 MB), one more in another key order, and doc 3001 whose recorded
+    # offset now holds another item (the file changed since it was read): left out.
+    lines = [_sample_line(i, 40_000) for i in range(3000)] + [_sample_line(3000, 10, canonical=False)]
+    offsets = _write_lines(samples, lines) + "," + offsets_of(lines, 5)
     assert samples.stat().st_size > 120e6
-    code, wall, rss_mib, out, err = _measured(sys.executable, "-c", _SNIPPETS, results, "0,1500,2999,3000,9999")
+    code, wall, rss_mib, out, err = _measured(sys.executable, "-c", _SNIPPETS, results, "0,1500,2999,3000,3001,9999",
+                                              offsets)
     assert code == 0, err
     assert out.split() == ["0:out0", "1500:out1500", "2999:out2999", "3000:out3000"]
-    assert rss_mib < 90, rss_mib  # the interpreter is ~35 MiB; the whole file was read before (>155)
+    assert rss_mib < 90, rss_mib  # the interpreter is ~35 MiB; the whole file read would be >155
     assert wall < 20, wall
+
+
+def offsets_of(lines: list[bytes], i: int) -> str:
+    return str(sum(len(x) for x in lines[:i]))
 
 
 def test_a_huge_samples_line_is_skipped_with_bounded_memory(big_run: tuple[Path, Path]) -> None:
     results, samples = big_run
-    with samples.open("wb") as fh:  # one 100 MB line, then an ordinary one
-        fh.write(_sample_line(0, 100_000_000))
-        fh.write(_sample_line(1, 10))
-    code, wall, rss_mib, out, err = _measured(sys.executable, "-c", _SNIPPETS, results, "0,1")
+    offsets = _write_lines(samples, [_sample_line(0, 100_000_000), _sample_line(1, 10)])  # 100 MB, then small
+    code, wall, rss_mib, out, err = _measured(sys.executable, "-c", _SNIPPETS, results, "0,1", offsets)
     assert code == 0, err
     assert out.split() == ["1:out1"]  # the snippet of the 100 MB line is left out, never read whole
     assert rss_mib < 110, rss_mib  # at most one 16 MiB line held (was the 100 MB line, parsed: >300)

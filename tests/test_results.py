@@ -105,15 +105,17 @@ def test_hashes_parse_and_rebuild_lm_evals_task_hash(lmeval_runs):
     run = results.load_run(lmeval_runs["good"])
     for key, s in run.series.items():
         assert s.hashes.shape == (s.n, 3)
-        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in s.hashes.ravel())
+        assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in s.hashes.ravel())  # HASH_CHARS kept
         if key.task != "arith_gen":  # one filter: file order is doc_id order
-            joined = "".join("".join(row) for row in s.hashes)
+            lines = [json.loads(x) for x in samples_path(lmeval_runs["good"], key.task).read_text().splitlines()]
+            joined = "".join(x["doc_hash"] + x["prompt_hash"] + x["target_hash"] for x in lines)
             assert hashlib.sha256(joined.encode()).hexdigest() == run.provenance.task_hashes[key.task]
+            assert s.hashes.tolist() == [[x[k][:16] for k in ("doc_hash", "prompt_hash", "target_hash")] for x in lines]
     docs = _data("arith.jsonl")
     mc = run.series[SeriesKey("arith_mc", "none", "acc")]
     doc_hash = hashlib.sha256(json.dumps(docs[7], indent=2, ensure_ascii=False).encode()).hexdigest()
-    assert mc.hashes[7, 0] == doc_hash
-    assert mc.hashes[7, 1] == hashlib.sha256(docs[7]["question"].encode()).hexdigest()
+    assert mc.hashes[7, 0] == doc_hash[:16]
+    assert mc.hashes[7, 1] == hashlib.sha256(docs[7]["question"].encode()).hexdigest()[:16]
 
 
 def test_groups_and_subtasks(lmeval_runs):
@@ -348,28 +350,55 @@ def _series_equal(a, b) -> None:
                 assert x.dtype == y.dtype and np.array_equal(x, y), (key, field)
 
 
-def test_fast_reader_handles_real_lm_eval_files_like_the_careful_one(lmeval_runs, monkeypatch):
+def test_bulk_and_line_by_line_reading_give_the_same_series(lmeval_runs, monkeypatch):
     clusters = {"arith_mc": "topic", "capitals_mc": "region"}
-    fast = {(w, c): results.load_run(lmeval_runs[w], cluster_keys=c) for w in ("good", "bad") for c in (None, "c")
-            if c is None} | {(w, "c"): results.load_run(lmeval_runs[w], cluster_keys=clusters) for w in ("good", "bad")}
+    bulk = {(w, c): results.load_run(lmeval_runs[w], cluster_keys=clusters if c else None)
+            for w in ("good", "bad") for c in (False, True)}
+
+    # Line by line: every block decoded one line at a time, every value taken item by item,
+    # in blocks of a few lines.
+    def one_by_one(self, path, raw, first):
+        pairs = [(self.one(path, n, line), n) for n, line in samples._numbered(raw, first)]
+        return [obj for obj, _ in pairs], [n for _, n in pairs]
 
     def unusual(*_args):
         raise samples.Unusual
 
-    monkeypatch.setattr(samples, "read_samples_fast", unusual)
-    for (which, c), run in fast.items():
-        _series_equal(run, results.load_run(lmeval_runs[which], cluster_keys=clusters if c else None))
+    monkeypatch.setattr(samples._Shape, "decode", one_by_one)
+    monkeypatch.setattr(samples, "_BLOCK_BYTES", 3000)
+    for kind in metrics_kinds():
+        monkeypatch.setattr(kind, "fast_values", unusual)
+    for (which, c), run in bulk.items():
+        again = results.load_run(lmeval_runs[which], cluster_keys=clusters if c else None)
+        _series_equal(run, again)
+        assert run.sample_lines.keys() == again.sample_lines.keys()
+        for key, (ids, offsets) in run.sample_lines.items():
+            assert np.array_equal(ids, again.sample_lines[key][0]) and np.array_equal(offsets, again.sample_lines[key][1])
 
-    # and the fast reader really handled every real file (no silent fallback)
+    # and real lm-eval files are read in bulk (no line is decoded on its own)
     monkeypatch.undo()
 
-    def no_fallback(path, *_args):
-        raise AssertionError(f"careful reader used for {path}")
+    def no_line_by_line(self, path, *_args):
+        raise AssertionError(f"{path} decoded line by line")
 
-    monkeypatch.setattr(samples, "read_samples_careful", no_fallback)  # the fallback inside read_samples
-    monkeypatch.setattr(results, "read_samples_careful", no_fallback)  # and the reader's re-read
+    monkeypatch.setattr(samples._Shape, "one", no_line_by_line)
     results.load_run(lmeval_runs["good"], cluster_keys=clusters)
     results.load_run(lmeval_runs["bad"])
+
+
+def metrics_kinds() -> list[type]:
+    from gatekeeper.results.metrics import KINDS
+
+    return sorted({type(k) for k in KINDS.values()}, key=lambda t: t.__name__)
+
+
+def test_line_offsets_point_at_each_items_line(lmeval_runs):
+    run = results.load_run(lmeval_runs["good"])
+    for (task, filt), (ids, offsets) in run.sample_lines.items():
+        data = samples_path(lmeval_runs["good"], task).read_bytes()
+        for doc_id, at in zip(ids.tolist(), offsets.tolist(), strict=True):
+            line = json.loads(data[at:data.index(b"\n", at)])
+            assert (line["doc_id"], line.get("filter", "none")) == (doc_id, filt)
 
 
 def test_unusual_but_valid_lines_give_the_same_series(good_copy, lmeval_runs):

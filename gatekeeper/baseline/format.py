@@ -38,7 +38,7 @@ import numpy as np
 from gatekeeper.baseline.validate import check_series, validate_document
 from gatekeeper.errors import GateError
 from gatekeeper.files import portable_path
-from gatekeeper.model import MetricSeries, Provenance, RunResults, SeriesKey
+from gatekeeper.model import HASH_CHARS, MetricSeries, Provenance, RunResults, SeriesKey
 from gatekeeper.results import trusted
 from gatekeeper.results.metrics import bind_function, kind_for, kind_named
 
@@ -47,7 +47,6 @@ FORMAT = "gatekeeper-baseline"
 # A file is written at the lowest version that can hold its kinds, so a baseline of only
 # mean/ratio/corpus metrics stays version 1 (byte-identical to older writers).
 FORMAT_VERSION = 2
-HASH_CHARS = 16  # 64 bits per item hash: collisions are irrelevant at any realistic suite size
 _GZIP_MAGIC = b"\x1f\x8b"
 
 

@@ -3,9 +3,9 @@
 A kind knows everything the gate does with one metric's per-item values, so adding an
 aggregation touches this file only:
 
-- reading: ``fast_values`` (a block of items from the fast samples reader; raises ``Unusual``
-  on anything not plain) and ``item_value`` (one item, careful reader; ``GateError`` naming the
-  line), ``as_array`` (items -> the series' array);
+- reading: ``fast_values`` (a block of items from the samples reader, in bulk; raises
+  ``Unusual`` on anything not plain) and ``item_value`` / ``line_value`` (one item, where the
+  bulk refused; ``GateError`` naming the line), ``as_array`` (items -> the series' array);
 - validating: ``check`` (shape, dtype, NaN; ``ValueError``) and ``out_of_range``;
 - the baseline file: ``to_doc`` / ``from_doc`` / ``doc_problem`` and ``format_version`` (the
   baseline format version that introduced the kind);
@@ -41,7 +41,7 @@ _NUMBERS = frozenset({float, int, bool})
 
 
 class Unusual(Exception):
-    """The fast reader met something it does not handle; the careful reader takes over."""
+    """A block of values is not plain; the samples reader takes its items one by one."""
 
 
 def number(value: Any, where: str, metric: str, allow_nan: bool = False) -> float:
@@ -88,6 +88,7 @@ class MetricKind:
     doc_want = "finite numbers"
     mean_of_diff = False  # score(cand) - score(base) == mean of per-unit differences of column 0
     score_bounds: dict[str, tuple[float, float]] = {}  # the task score's range, per aggregation
+    line_fields: tuple[str, ...] = ()  # other keys of a samples line that ``line_value`` reads
 
     # ------------------------------------------------------------------ reading
     def fast_values(self, aggregation: str, items: list[Any]) -> Any:
@@ -102,8 +103,8 @@ class MetricKind:
         return number(value, where, metric)
 
     def line_value(self, aggregation: str, line: dict[str, Any], where: str, metric: str) -> Any:
-        """One item from its whole samples line (careful reader); most kinds need only the
-        metric's own field."""
+        """One item from its samples line (the metric's field and ``line_fields``), where
+        ``fast_values`` refused the block; most kinds need only the metric's own field."""
         if metric not in line:
             raise GateError(f"{where}: no value for {metric}")
         return self.item_value(aggregation, line[metric], where, metric)
@@ -611,9 +612,10 @@ class BrierKind(MetricKind):
     score_bounds = {"brier_score": (0.0, 2.0)}  # sum of squared errors of a distribution vs one-hot
     format_version = 2
     mean_of_diff = True
+    line_fields = ("filtered_resps",)
 
     def fast_values(self, aggregation: str, items: list[Any]) -> Any:
-        raise Unusual  # needs filtered_resps, which the fast reader skips
+        raise Unusual  # each item's value is rebuilt from its filtered_resps (line_value)
 
     def line_value(self, aggregation: str, line: dict[str, Any], where: str, metric: str) -> Any:
         value = line.get(metric)

@@ -29,7 +29,7 @@ from gatekeeper.model import MetricSeries, Provenance, RunResults, SeriesKey, is
 from gatekeeper.results import trusted
 from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, samples_path
 from gatekeeper.results.metrics import MetricKind, bind_function, kind_for, kind_named
-from gatekeeper.results.samples import FilterData, Wanted, read_samples, read_samples_careful
+from gatekeeper.results.samples import FilterData, Wanted, read_samples
 from gatekeeper.results.snippets import attach_snippets
 from gatekeeper.results.trusted import aggregation_id, function_name
 from gatekeeper.text import json_problem, short
@@ -377,6 +377,7 @@ def _task_series(
     task: str,
     cluster_field: str | None,
     untestable: dict[SeriesKey, str],
+    sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
 ) -> dict[SeriesKey, MetricSeries]:
     config = data["configs"].get(task) or {}
     entry = data["results"].get(task)
@@ -404,19 +405,14 @@ def _task_series(
     path = samples_path(results_file, task)
     if not path.is_file():
         raise GateError(f"{path}: samples file missing for task {task} (was lm-eval run with --log_samples?)")
-    wanted = Wanted(per_filter, kinds, cluster_field)
-    by_filter, task_hash, fast = read_samples(path, task, wanted)
+    by_filter, task_hash = read_samples(path, task, Wanted(per_filter, kinds, cluster_field))
     effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
-    args = (path, task, data, per_filter, kinds, reported, hib_map, cluster_field, effective)
-    try:
-        return _check_and_build(by_filter, task_hash, *args)
-    except GateError:
-        if not fast:
-            raise
-        # The fast reader skips the middle of each line; read again line by line, so that a
-        # broken line is reported as such rather than as the mismatch it caused.
-        by_filter, task_hash = read_samples_careful(path, task, wanted)
-        return _check_and_build(by_filter, task_hash, *args)
+    for filt, fd in by_filter.items():
+        order = np.argsort(fd.doc_ids, kind="stable")
+        sample_lines[(task, filt)] = (fd.doc_ids[order], fd.offsets[order])
+    return _check_and_build(
+        by_filter, task_hash, path, task, data, per_filter, kinds, reported, hib_map, cluster_field, effective
+    )
 
 
 def _check_and_build(
@@ -436,7 +432,7 @@ def _check_and_build(
     series: dict[SeriesKey, MetricSeries] = {}
     for filt, metrics in per_filter.items():
         fd = by_filter.get(filt)
-        if fd is None or not fd.doc_ids:
+        if fd is None or fd.doc_ids.size == 0:
             raise GateError(
                 f"{path}: results.json reports {metrics[0]},{filt} but no sample line has filter {filt}"
             )
@@ -445,10 +441,9 @@ def _check_and_build(
                 f"{path}: {len(fd.doc_ids)} docs for filter {filt}, but results.json n-samples "
                 f"says {effective} (effective)"
             )
-        order = np.argsort(np.asarray(fd.doc_ids), kind="stable")
-        doc_ids = np.asarray(fd.doc_ids, dtype=np.int64)[order]
-        hashes = np.asarray(fd.hashes, dtype=str)[order]
-        clusters = np.asarray(fd.clusters, dtype=str)[order] if cluster_field is not None else None
+        order = np.argsort(fd.doc_ids, kind="stable")
+        doc_ids, hashes = fd.doc_ids[order], fd.hashes[order]
+        clusters = fd.clusters[order] if fd.clusters is not None else None
         for metric in metrics:
             kind, agg = kinds[metric]
             values = kind.as_array(agg, fd.values[metric])[order]
@@ -529,8 +524,9 @@ def load_run(
 
     series: dict[SeriesKey, MetricSeries] = {}
     untestable: dict[SeriesKey, str] = {}
+    sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     for task in leaf_tasks:
-        series.update(_task_series(results_file, data, task, cluster_keys.get(task), untestable))
+        series.update(_task_series(results_file, data, task, cluster_keys.get(task), untestable, sample_lines))
     groups, group_subtasks = _groups(data)
     run = RunResults(
         provenance=_provenance(results_file, data, manifest),
@@ -539,6 +535,7 @@ def load_run(
         group_subtasks=group_subtasks,
         notes=notes,
         untestable=untestable,
+        sample_lines=sample_lines,
     )
     if snippets:
         wanted: dict[tuple[str, str], set[int]] = {}

@@ -1,9 +1,20 @@
 """Per-item values from lm-eval's samples files (one JSON object per line, 100+ MB each).
 
-Two readers give the same ``FilterData``: the fast one parses whole 8 MiB blocks with C-level
-loops and skips the prompts and outputs in the middle of each line; anything it does not
-expect (a blank line, list values, a broken line) hands over to the careful one, which parses
-line by line and names the offending line. Both rebuild lm-eval's ``task_hashes`` entry.
+One reader, on msgspec's typed decoding: each block of whole lines (about 8 MiB) is decoded by
+one C call into small structs that hold only what the gate needs (doc_id, filter, the three item
+hashes, the wanted metrics, the cluster field, and the fields a kind rebuilds its value from).
+Every line is still parsed in full as JSON; the prompts and outputs are checked and skipped,
+never built as Python objects.
+
+Two things happen line by line, and only where they must:
+- a block msgspec refuses is decoded again line by line, so the error names its line. A line
+  with the NaN or Infinity tokens Python's json writes (lm-eval's writer), which msgspec does not
+  read, goes through Python's json into the same struct.
+- a block whose values a kind cannot take in bulk (a list of numbers for a mean, a value
+  missing) is converted item by item, so a bad value is named with its line.
+
+The byte offset of every line is kept, so that the report's few snippets are read by seeking to
+their lines (``results/snippets.py``), never by a second pass over the file.
 """
 
 from __future__ import annotations
@@ -12,17 +23,28 @@ import hashlib
 import itertools
 import json
 import operator
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
+import numpy as np
 
 from gatekeeper.errors import GateError
+from gatekeeper.model import HASH_CHARS
 from gatekeeper.results.metrics import MetricKind, Unusual
 from gatekeeper.text import json_problem, short
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MAX_DOC_ID = (1 << 53) - 1  # lm-eval's doc_ids are list indices; beyond this float/int64 lose them
+_BLOCK_BYTES = 8 << 20
+_JSON_SPACE = b" \t\r"
+_HEX = b"0123456789abcdef"
+_HASH_KEYS = ("doc_hash", "prompt_hash", "target_hash")
+_HASHES = operator.attrgetter(*_HASH_KEYS)
+_DOC_ID = operator.attrgetter("doc_id")
+_FILTER = operator.attrgetter("filter")
+_UNSET = msgspec.UNSET
 
 
 @dataclass
@@ -36,200 +58,252 @@ class Wanted:
 
 @dataclass
 class FilterData:
-    """One filter's items in file order. ``values[metric]`` is a list of items (careful reader)
-    or an array of them (fast reader); the kind's ``as_array`` takes either."""
+    """One filter's items in file order: doc_ids (int64), hashes ((n, 3) hex prefixes of
+    ``HASH_CHARS`` digits), values per metric (the kind's ``as_array`` takes them), clusters
+    (str, when asked) and the byte offset of each item's line."""
 
-    doc_ids: list[int] = field(default_factory=list)
-    hashes: list[tuple[str, str, str]] = field(default_factory=list)
-    values: dict[str, Any] = field(default_factory=dict)
+    doc_ids: np.ndarray
+    hashes: np.ndarray
+    values: dict[str, Any]
+    clusters: np.ndarray | None
+    offsets: np.ndarray
+
+
+@dataclass
+class _Parts:
+    """A filter's items as they are read, block by block."""
+
+    doc_ids: list[np.ndarray] = field(default_factory=list)
+    hashes: list[np.ndarray] = field(default_factory=list)
+    values: dict[str, list[Any]] = field(default_factory=dict)
     clusters: list[str] = field(default_factory=list)
+    offsets: list[np.ndarray] = field(default_factory=list)
 
 
-def read_samples(path: Path, task: str, wanted: Wanted) -> tuple[dict[str, FilterData], str, bool]:
-    """Per-filter items of one samples file, lm-eval's task hash rebuilt from its lines, and
-    whether the fast reader produced them."""
-    try:
-        return (*read_samples_fast(path, wanted), True)
-    except (Unusual, ValueError, KeyError, TypeError, OverflowError, IndexError, RecursionError):
-        # Anything the fast reader does not expect (a blank line, list values, a bad line, ...):
-        # the careful reader accepts every valid variant and names the offending line.
-        return (*read_samples_careful(path, task, wanted), False)
+class _Shape:
+    """The struct one task's lines decode into: lm-eval's keys, the wanted metrics (under field
+    names of their own, since a metric name need not be a Python identifier), the fields kinds
+    rebuild values from, and the doc's cluster field."""
+
+    def __init__(self, task: str, wanted: Wanted) -> None:
+        self.task, self.wanted = task, wanted
+        self.attr: dict[str, str] = {key: key for key in ("doc_id", "filter", *_HASH_KEYS)}
+        fields: list[tuple[Any, ...]] = [
+            ("doc_id", Annotated[int, msgspec.Meta(ge=0, le=_MAX_DOC_ID)]),
+            *((key, str) for key in _HASH_KEYS),
+            ("filter", str, "none"),
+        ]
+        names = {m for ms in wanted.metrics.values() for m in ms}
+        names |= {key for m in names for key in wanted.kinds[m][0].line_fields}
+        for key in sorted(names - set(self.attr)):
+            self.attr[key] = f"f{len(self.attr)}"
+            fields.append((self.attr[key], Any, _UNSET))
+        if wanted.cluster_field is not None:
+            doc = msgspec.defstruct("Doc", [("key", Any, _UNSET)], rename={"key": wanted.cluster_field})
+            fields.append(("doc", doc))
+        rename = {a: key for key, a in self.attr.items()}
+        self.line = msgspec.defstruct("SampleLine", fields, rename=rename, kw_only=True, gc=False)
+        self.decoder = msgspec.json.Decoder(self.line)
+
+    def decode(self, path: Path, raw: bytes, first: int) -> tuple[list[Any], list[int] | None]:
+        """The block's lines as structs, and their line numbers when they were decoded one by one
+        (else None: ``numbers`` finds them if an error needs them)."""
+        try:
+            lines = self.decoder.decode_lines(raw)
+            raw.decode("utf-8")  # msgspec skips the prompts without checking their UTF-8
+            return lines, None
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            pairs = [(self.one(path, n, line), n) for n, line in _numbered(raw, first)]
+            return [obj for obj, _ in pairs], [n for _, n in pairs]
+
+    def one(self, path: Path, lineno: int, line: bytes) -> Any:
+        """One line as a struct, or GateError naming the line and what is wrong with it."""
+        where = f"{path} line {lineno}"
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GateError(f"{where}: not valid UTF-8") from None
+        try:
+            return self.decoder.decode(line)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # a syntax error, a NaN token, a number beyond float range, a wrong type, depth
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            raise GateError(f"{where}: truncated or invalid JSON") from None
+        except (ValueError, RecursionError) as exc:
+            raise GateError(f"{where}: not usable JSON ({json_problem(exc)})") from None
+        if not isinstance(obj, dict):
+            raise GateError(f"{where}: expected a JSON object")
+        try:
+            return msgspec.convert(obj, self.line)
+        except msgspec.ValidationError as exc:
+            raise GateError(f"{where}: {self.problem(obj) or exc}") from None
+
+    def problem(self, obj: dict[str, Any]) -> str | None:
+        """What is wrong with a line's keys, in the words of lm-eval's format."""
+        doc_id, filt = obj.get("doc_id"), obj.get("filter", "none")
+        if not isinstance(doc_id, int) or isinstance(doc_id, bool):
+            return f"doc_id is {short(doc_id)}, not an integer"
+        if not 0 <= doc_id <= _MAX_DOC_ID:
+            return f"doc_id {short(doc_id)} is out of range (lm-eval numbers docs from 0)"
+        if not isinstance(filt, str):
+            return f"filter is {short(filt)}, not a string"
+        if not all(_is_hash(obj.get(k)) for k in _HASH_KEYS):
+            return "doc_hash, prompt_hash and target_hash must be sha256 hex digests (64 hex digits)"
+        doc, key = obj.get("doc"), self.wanted.cluster_field
+        if key is not None and not (isinstance(doc, dict) and key in doc):
+            return f"doc has no field {key!r} (cluster key for {self.task})"
+        return None
 
 
-# -------------------------------------------- fast reader: whole blocks, no per-line Python
+def _is_hash(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and value.isascii() and not value.encode().translate(None, _HEX)
 
 
-_BLOCK_BYTES = 8 << 20
-# lm-eval writes each line as {"doc_id": N, "doc": ..., "target": ..., "arguments": ...,
-# "resps": ..., "filtered_resps": ..., "filter": ..., "metrics": [...], "doc_hash": ...,
-# "prompt_hash": ..., "target_hash": ..., <metric>: <value>, ...}. Everything between doc_id and
-# filter (the prompts and model outputs: most of the bytes) is never needed for the gate.
-_FILTER_SEP = ', "filter": '
-_DOC_ID = operator.itemgetter("doc_id", "filter")
-_HASHES = operator.itemgetter("doc_hash", "prompt_hash", "target_hash")
-_MAX_DOC_ID = (1 << 53) - 1  # lm-eval's doc_ids are list indices; beyond this float/int64 lose them
-_HEX_ONLY = re.compile(r"[0-9a-f]*")
+def _numbered(raw: bytes, first: int) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a block's lines that are not blank (as msgspec skips them)."""
+    for n, line in enumerate(raw.split(b"\n"), start=first):
+        if line.strip(_JSON_SPACE):
+            yield n, line
 
 
-def _blocks(path: Path) -> Iterator[str]:
-    """The file as text blocks of whole lines (about 8 MiB each), strictly UTF-8."""
+def _blocks(path: Path) -> Iterator[tuple[bytes, int, int]]:
+    """(block of whole lines, its byte offset, its first line number), about 8 MiB each."""
     try:
         fh = path.open("rb")
     except OSError as exc:
         raise GateError(f"{path}: cannot read ({exc.strerror})") from None
     with fh:
-        rest = b""
+        rest, offset, lineno = b"", 0, 1
         while chunk := fh.read(_BLOCK_BYTES):
             chunk = rest + chunk if rest else chunk
             cut = chunk.rfind(b"\n") + 1  # a newline byte never sits inside a UTF-8 sequence
             rest = chunk[cut:]
             if cut:
-                yield chunk[:cut].decode("utf-8")
+                block = chunk[:cut]
+                yield block, offset, lineno
+                offset, lineno = offset + cut, lineno + block.count(b"\n")
         if rest:
-            yield rest.decode("utf-8")
+            yield rest, offset, lineno
 
 
-def _parse_block(text: str, keep_doc: bool) -> list[dict[str, Any]]:
-    """One ``json.loads`` for a whole block of lines. Unless the doc is needed (cluster keys),
-    each line is cut to ``{"doc_id": N`` + everything from its last ``, "filter": `` on, which
-    is still one JSON object per line only when the cut points are the top-level keys: a line
-    of another shape makes the block fail to parse (or miss a key) and the careful reader runs.
-    The skipped middle of a line is not checked for JSON syntax here; when a broken line still
-    cuts into a valid object (two lines glued together), the count, hash or aggregate checks
-    fail and ``_task_series`` re-reads the file carefully to name the line."""
-    lines = text.rstrip().split("\n")
-    if not keep_doc:
-        lines = [line[: line.find(", ")] + line[line.rfind(_FILTER_SEP) :] for line in lines]
-    objs = json.loads("[" + ",".join(lines) + "]")
-    # Exactly one object per line: a line holding "{...}, {...}" would add one.
-    if len(objs) != len(lines) or set(map(type, objs)) != {dict}:
-        raise Unusual
-    return objs
+def _line_starts(raw: bytes, offset: int, count: int, numbers: list[int] | None, first: int) -> np.ndarray:
+    """Byte offsets of the block's ``count`` non-blank lines."""
+    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 10)
+    starts = np.concatenate([[0], ends + 1])[: len(ends) + (not raw.endswith(b"\n"))]
+    if len(starts) != count:  # blank lines: keep the starts of the others
+        keep = np.asarray(numbers if numbers is not None else [n for n, _ in _numbered(raw, first)])
+        starts = starts[keep - first]
+    return starts.astype(np.int64) + offset
 
 
-def read_samples_fast(path: Path, wanted: Wanted) -> tuple[dict[str, FilterData], str]:
-    """Like ``read_samples_careful`` on an ordinary lm-eval file, with C-level loops only.
-    Raises ``Unusual`` (or a lookup/type error) on anything else, without a message."""
+def read_samples(path: Path, task: str, wanted: Wanted) -> tuple[dict[str, FilterData], str]:
+    """Per-filter items of one samples file and lm-eval's task hash rebuilt from its lines
+    (``task_hashes[task]``: sha256 of the doc, prompt and target hashes of every line, in order).
+    GateError naming the file and line on anything lm-eval would not have written."""
+    shape = _Shape(task, wanted)
     task_hash = hashlib.sha256()
-    all_ids: list[int] = []
-    all_filters: list[str] = []
-    chunks: dict[str, dict[str, list[Any]]] = {}  # filter -> metric -> value arrays per block
-    out: dict[str, FilterData] = {}
-    for text in _blocks(path):
-        if not text.strip():
+    parts: dict[str, _Parts] = {}
+    ids_by_filter: dict[str, list[int]] = {}
+    for raw, offset, first in _blocks(path):
+        lines, numbers = shape.decode(path, raw, first)
+        if not lines:
             continue
-        objs = _parse_block(text, wanted.cluster_field is not None)
-        ids, filters = zip(*map(_DOC_ID, objs), strict=True)
-        if set(map(type, ids)) != {int} or set(map(type, filters)) != {str}:
-            raise Unusual
-        if min(ids) < 0 or max(ids) > _MAX_DOC_ID:
-            raise Unusual
-        hashes = list(map(_HASHES, objs))
-        joined = "".join(itertools.chain.from_iterable(hashes))  # TypeError unless all str
-        if set(map(len, itertools.chain.from_iterable(hashes))) != {64} or not _HEX_ONLY.fullmatch(joined):
-            raise Unusual  # not lm-eval's sha256 hex digests
-        task_hash.update(joined.encode("utf-8"))
-        all_ids.extend(ids)
-        all_filters.extend(filters)
-        for filt in set(filters).intersection(wanted.metrics):
-            if len(set(filters)) == 1:
-                sel, sel_ids, sel_hashes = objs, ids, hashes
-            else:
-                keep = [i for i, f in enumerate(filters) if f == filt]
-                sel = [objs[i] for i in keep]
-                sel_ids, sel_hashes = [ids[i] for i in keep], [hashes[i] for i in keep]
-            fd = out.setdefault(filt, FilterData())
-            fd.doc_ids.extend(sel_ids)
-            fd.hashes.extend(sel_hashes)
-            per_metric = chunks.setdefault(filt, {m: [] for m in wanted.metrics[filt]})
-            for metric, parts in per_metric.items():
-                kind, agg = wanted.kinds[metric]
-                parts.append(kind.fast_values(agg, list(map(operator.itemgetter(metric), sel))))
+
+        def where(i: int, raw: bytes = raw, first: int = first, numbers: list[int] | None = numbers) -> str:
+            nums = numbers if numbers is not None else [n for n, _ in _numbered(raw, first)]
+            return f"{path} line {nums[i]}"
+
+        ids = list(map(_DOC_ID, lines))
+        filters = list(map(_FILTER, lines))
+        joined = _hash_text(lines, shape, where)
+        task_hash.update(joined)
+        hashes = np.frombuffer(joined, dtype="S64").reshape(-1, 3).astype(f"S{HASH_CHARS}")
+        starts = _line_starts(raw, offset, len(lines), numbers, first)
+        distinct = set(filters)
+        for filt in distinct:
+            rows = None if len(distinct) == 1 else [i for i, f in enumerate(filters) if f == filt]
+            ids_by_filter.setdefault(filt, []).extend(ids if rows is None else [ids[i] for i in rows])
+            if filt not in wanted.metrics:
+                continue  # a filter with no reported metric (nothing to gate on)
+            part = parts.setdefault(filt, _Parts(values={m: [] for m in wanted.metrics[filt]}))
+            sel = lines if rows is None else [lines[i] for i in rows]
+            at = (lambda i: where(i)) if rows is None else (lambda i, rows=rows: where(rows[i]))
+            part.doc_ids.append(np.asarray(ids if rows is None else [ids[i] for i in rows], dtype=np.int64))
+            part.hashes.append(hashes if rows is None else hashes[rows])
+            part.offsets.append(starts if rows is None else starts[rows])
+            for metric in wanted.metrics[filt]:
+                value = _values(shape, metric, filt, sel, at)
+                if len(value):
+                    part.values[metric].append(value)
             if wanted.cluster_field is not None:
-                docs = list(map(operator.itemgetter("doc"), sel))
-                if set(map(type, docs)) != {dict}:
-                    raise Unusual
-                fd.clusters.extend(map(str, map(operator.itemgetter(wanted.cluster_field), docs)))
-    if len(set(zip(all_ids, all_filters, strict=True))) != len(all_ids):
-        raise Unusual  # a duplicate (doc_id, filter): the careful reader names its line
-    for filt, per_metric in chunks.items():
-        for metric, parts in per_metric.items():
-            out[filt].values[metric] = wanted.kinds[metric][0].join(parts)
-    return out, task_hash.hexdigest()
+                part.clusters.extend(_clusters(shape, sel, at))
+    _no_duplicates(path, shape, ids_by_filter)
+    return {filt: _finish(p, wanted) for filt, p in parts.items()}, task_hash.hexdigest()
 
 
-# -------------------------------------------- careful reader: line by line, exact messages
+def _hash_text(lines: list[Any], shape: _Shape, where: Any) -> bytes:
+    """The block's doc, prompt and target hashes concatenated, as ASCII; GateError naming the
+    first line whose hashes are not lm-eval's sha256 hex digests."""
+    flat = list(itertools.chain.from_iterable(map(_HASHES, lines)))
+    joined = "".join(flat)
+    if len(joined) == 64 * len(flat) and set(map(len, flat)) == {64} and joined.isascii():
+        raw = joined.encode("ascii")
+        if not raw.translate(None, _HEX):
+            return raw
+    bad = next(i for i, obj in enumerate(lines) if not all(map(_is_hash, _HASHES(obj))))
+    raise GateError(f"{where(bad)}: doc_hash, prompt_hash and target_hash must be sha256 hex digests (64 hex digits)")
 
 
-def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    try:
-        fh = path.open("r", encoding="utf-8")
-    except OSError as exc:
-        raise GateError(f"{path}: cannot read ({exc.strerror})") from None
-    with fh:
-        lineno = 0
+def _values(shape: _Shape, metric: str, filt: str, lines: list[Any], where: Any) -> Any:
+    """One metric's values for a block's lines of one filter: in bulk where the kind takes them
+    so, else item by item (a value missing or of an unusual shape), naming a bad line."""
+    kind, agg = shape.wanted.kinds[metric]
+    items = list(map(operator.attrgetter(shape.attr[metric]), lines))
+    if not items.count(_UNSET):
         try:
-            for lineno, line in enumerate(fh, start=1):  # noqa: B007 - lineno used in except
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    raise GateError(f"{path} line {lineno}: truncated or invalid JSON") from None
-                except (ValueError, RecursionError) as exc:
-                    raise GateError(f"{path} line {lineno}: not usable JSON ({json_problem(exc)})") from None
-                if not isinstance(obj, dict):
-                    raise GateError(f"{path} line {lineno}: expected a JSON object")
-                yield lineno, obj
-        except UnicodeDecodeError:
-            raise GateError(f"{path} line {lineno + 1}: not valid UTF-8") from None
+            return kind.fast_values(agg, items)
+        except (Unusual, ValueError, TypeError, OverflowError, IndexError):
+            pass
+    out = []
+    for i, obj in enumerate(lines):
+        if items[i] is _UNSET:
+            raise GateError(f"{where(i)}: no value for {metric} (results.json reports {metric},{filt})")
+        view = {key: getattr(obj, shape.attr[key]) for key in kind.line_fields}
+        view = {key: v for key, v in view.items() if v is not _UNSET}
+        out.append(kind.line_value(agg, {**view, metric: items[i]}, where(i), metric))
+    return out
 
 
-def read_samples_careful(
-    path: Path, task: str, wanted: Wanted
-) -> tuple[dict[str, FilterData], str]:
-    """One ``json.loads`` per line and every check per line, so errors name the line."""
-    out: dict[str, FilterData] = {}
+def _clusters(shape: _Shape, lines: list[Any], where: Any) -> list[str]:
+    keys = [obj.doc.key for obj in lines]
+    if keys.count(_UNSET):
+        raise GateError(f"{where(keys.index(_UNSET))}: doc has no field {shape.wanted.cluster_field!r} "
+                        f"(cluster key for {shape.task})")
+    return list(map(str, keys))
+
+
+def _no_duplicates(path: Path, shape: _Shape, ids_by_filter: dict[str, list[int]]) -> None:
+    """GateError naming the first line that repeats a (doc_id, filter). Found in bulk; only then
+    is the file read again, line by line, to name the line."""
+    if all(len(set(ids)) == len(ids) for ids in ids_by_filter.values()):
+        return
     seen: set[tuple[int, str]] = set()
-    # lm-eval: task_hashes[task] = sha256("".join(doc_hash + prompt_hash + target_hash per line))
-    task_hash = hashlib.sha256()
-    spath = str(path)
-    for lineno, line in _iter_lines(path):
-        where = f"{spath} line {lineno}"
-        doc_id, filt = line.get("doc_id"), line.get("filter", "none")
-        if not isinstance(doc_id, int) or isinstance(doc_id, bool):
-            raise GateError(f"{where}: doc_id is {short(doc_id)}, not an integer")
-        if not 0 <= doc_id <= _MAX_DOC_ID:
-            raise GateError(f"{where}: doc_id {short(doc_id)} is out of range (lm-eval numbers docs from 0)")
-        if not isinstance(filt, str):
-            raise GateError(f"{where}: filter is {short(filt)}, not a string")
-        if (doc_id, filt) in seen:
-            raise GateError(f"{where}: duplicate doc_id {doc_id} (filter {filt})")
-        seen.add((doc_id, filt))
-        hashes = tuple(line.get(k) for k in ("doc_hash", "prompt_hash", "target_hash"))
-        if not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes):
-            raise GateError(
-                f"{where}: doc_hash, prompt_hash and target_hash must be sha256 hex digests (64 hex digits)"
-            )
-        task_hash.update("".join(hashes).encode("utf-8"))  # type: ignore[arg-type]
-        metrics = wanted.metrics.get(filt)
-        if metrics is None:
-            continue  # a filter with no reported metric (nothing to gate on)
-        data = out.get(filt)
-        if data is None:
-            data = out[filt] = FilterData(values={m: [] for m in metrics})
-        data.doc_ids.append(doc_id)
-        data.hashes.append(hashes)  # type: ignore[arg-type]
-        for metric in metrics:
-            if metric not in line:
-                raise GateError(f"{where}: no value for {metric} (results.json reports {metric},{filt})")
-            kind, agg = wanted.kinds[metric]
-            data.values[metric].append(kind.line_value(agg, line, where, metric))
-        if wanted.cluster_field is not None:
-            doc = line.get("doc")
-            if not isinstance(doc, dict) or wanted.cluster_field not in doc:
-                raise GateError(
-                    f"{where}: doc has no field {wanted.cluster_field!r} (cluster key for {task})"
-                )
-            data.clusters.append(str(doc[wanted.cluster_field]))
-    return out, task_hash.hexdigest()
+    for raw, _, first in _blocks(path):
+        for n, line in _numbered(raw, first):
+            obj = shape.one(path, n, line)
+            if (obj.doc_id, obj.filter) in seen:
+                raise GateError(f"{path} line {n}: duplicate doc_id {obj.doc_id} (filter {obj.filter})")
+            seen.add((obj.doc_id, obj.filter))
+
+
+def _finish(p: _Parts, wanted: Wanted) -> FilterData:
+    values = {m: wanted.kinds[m][0].join(parts) if parts else [] for m, parts in p.values.items()}
+    return FilterData(
+        doc_ids=np.concatenate(p.doc_ids),
+        hashes=np.concatenate(p.hashes).astype(f"<U{HASH_CHARS}"),
+        values=values,
+        clusters=np.asarray(p.clusters, dtype=str) if wanted.cluster_field is not None else None,
+        offsets=np.concatenate(p.offsets),
+    )

@@ -1,17 +1,17 @@
 """Prompt, output and target text of the few items a report shows ("right to wrong").
 
-Read on demand, after the statistics, and only for those items: a samples line with another
-doc_id is skipped after its first bytes, so memory is bounded by one line, not the file.
-Best effort: snippets decorate the report and never fail the gate.
+Read on demand, after the statistics, and only for those items: the samples reader kept the byte
+offset of every line, so each wanted line is read by one seek (never the whole file again), and
+memory is bounded by one line. Best effort: snippets decorate the report and never fail the gate.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from gatekeeper.model import ItemSnippet, RunResults
 from gatekeeper.results.layout import RESULTS_RE, samples_path
@@ -59,49 +59,15 @@ def _argmax_loglik(filtered: Any) -> int | None:
 # Snippets decorate the report; a samples line longer than this (a real one is at most a few
 # MB, even with long few-shot prompts) is skipped, so memory stays bounded whatever the file.
 SNIPPET_LINE_MAX = 16 << 20
-_HEAD_BYTES = 64  # enough for lm-eval's line start {"doc_id": N, (N < 2**53)
-_SKIP_BYTES = 1 << 20
-_DOC_ID_HEAD = re.compile(rb'\{"doc_id": (\d{1,16}), ')
 
 
-def _snippet_lines(path: Path, doc_ids: set[int]) -> Iterator[dict[str, Any]]:
-    """The parsed lines of a samples file whose doc_id is in ``doc_ids``, streamed: lm-eval
-    starts every line with ``{"doc_id": N, ``, so a line with another N is skipped after its
-    first bytes without being kept or parsed; a line that starts otherwise is parsed to find
-    its doc_id. Memory is bounded by ``SNIPPET_LINE_MAX`` (longer lines are skipped), not by
-    the file. Lines that do not parse are skipped too: snippets only decorate the report."""
-    with path.open("rb") as fh:
-        while head := fh.readline(_HEAD_BYTES):
-            m = _DOC_ID_HEAD.match(head)
-            if m is not None and int(m.group(1)) not in doc_ids:
-                _skip_rest(fh, head)
-                continue
-            line = _rest_of_line(fh, head)
-            obj = _loads_or_none(line) if line is not None else None
-            doc_id = obj.get("doc_id") if obj is not None else None
-            if isinstance(doc_id, int) and not isinstance(doc_id, bool) and doc_id in doc_ids:
-                yield obj
-
-
-def _skip_rest(fh: Any, head: bytes) -> None:
-    chunk = head
-    while chunk and not chunk.endswith(b"\n"):
-        chunk = fh.readline(_SKIP_BYTES)
-
-
-def _rest_of_line(fh: Any, head: bytes) -> bytes | None:
-    """The whole line that starts with ``head``, or None (and skipped) when over the cap."""
-    if head.endswith(b"\n"):
-        return head
-    rest = fh.readline(SNIPPET_LINE_MAX - len(head) + 1)
-    line = head + rest
-    if len(line) > SNIPPET_LINE_MAX and not line.endswith(b"\n"):
-        _skip_rest(fh, line[-1:])
+def _line_at(fh: Any, offset: int) -> dict[str, Any] | None:
+    """The parsed samples line that starts at byte ``offset``, or None (too long, or not a JSON
+    object: the file changed since it was read)."""
+    fh.seek(offset)
+    line = fh.readline(SNIPPET_LINE_MAX + 1)
+    if len(line) > SNIPPET_LINE_MAX:
         return None
-    return line
-
-
-def _loads_or_none(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line.decode("utf-8", errors="replace"))
     except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
@@ -110,29 +76,34 @@ def _loads_or_none(line: bytes) -> dict[str, Any] | None:
 
 
 def attach_snippets(run: RunResults, wanted: dict[tuple[str, str], set[int]]) -> None:
-    """Fill ``run.snippets[(task, filter)][doc_id]`` for the wanted items only, re-reading just
-    those tasks' samples files (found beside ``run.provenance.source``).
+    """Fill ``run.snippets[(task, filter)][doc_id]`` for the wanted items only, reading just
+    their lines: the reader kept where each line starts (``run.sample_lines``), so this seeks
+    to them in the task's samples file (found beside ``run.provenance.source``).
 
     Best effort, never raises: a run read from a baseline file (no samples), a samples file
-    that is gone or a line that does not parse leave those snippets out.
+    that is gone or a line that no longer holds its item leave those snippets out.
     """
     source = Path(run.provenance.source)
     if RESULTS_RE.match(source.name) is None or not source.is_file():
         return  # a baseline file, or not an lm-eval results file
-    by_task: dict[str, dict[str, set[int]]] = {}
+    by_task: dict[str, list[tuple[int, str, int]]] = {}
     for (task, filt), ids in wanted.items():
-        if ids:
-            by_task.setdefault(task, {})[filt] = {int(i) for i in ids}
-    for task, filters in sorted(by_task.items()):
-        path = samples_path(source, task)
+        lines = run.sample_lines.get((task, filt))
+        if not ids or lines is None:
+            continue
+        doc_ids, offsets = lines
+        for doc_id in sorted(int(i) for i in ids):
+            at = int(np.searchsorted(doc_ids, doc_id))
+            if at < doc_ids.size and doc_ids[at] == doc_id:
+                by_task.setdefault(task, []).append((int(offsets[at]), filt, doc_id))
+    for task, items in sorted(by_task.items()):
         multiple_choice = (run.provenance.configs.get(task) or {}).get("output_type") == "multiple_choice"
-        all_ids = set().union(*filters.values())
         try:
-            for line in _snippet_lines(path, all_ids):
-                filt = line.get("filter", "none")
-                if isinstance(filt, str) and line["doc_id"] in filters.get(filt, ()):
-                    run.snippets.setdefault((task, filt), {})[line["doc_id"]] = _snippet(
-                        line, multiple_choice
-                    )
+            with samples_path(source, task).open("rb") as fh:
+                for offset, filt, doc_id in sorted(items):
+                    line = _line_at(fh, offset)
+                    if line is None or line.get("doc_id") != doc_id or line.get("filter", "none") != filt:
+                        continue
+                    run.snippets.setdefault((task, filt), {})[doc_id] = _snippet(line, multiple_choice)
         except OSError:
             continue
