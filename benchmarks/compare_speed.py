@@ -218,7 +218,7 @@ class Measured:
 
 def time_gatekeeper(base: Path, cand: Path, resamples: int, out: Path, root: Path | None = None) -> Measured:
     """One whole `gatekeeper compare` subprocess (``root``: another checkout's gatekeeper)."""
-    cmd = [sys.executable, "-m", "gatekeeper", "compare", str(base), str(cand), "--resamples", str(resamples),
+    cmd = [sys.executable, "-c", _PEAK, "compare", str(base), str(cand), "--resamples", str(resamples),
            "--json", str(out / "report.json"), "--markdown", str(out / "report.md")]
     measured, proc = _wait_measured(cmd, root)
     if proc.returncode not in (0, 1):
@@ -226,8 +226,23 @@ def time_gatekeeper(base: Path, cand: Path, resamples: int, out: Path, root: Pat
     return measured
 
 
+# The child's own peak RSS. Its rusage would not do: Linux carries the high-water mark across
+# fork and exec, so a child of this process (which holds the synthetic suite) starts "at" our size.
+# VmHWM belongs to the memory map that exec made fresh.
+_PEAK = """
+import atexit, runpy, sys
+def peak():
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    sys.stderr.write(f"\\nVmHWM {kib}\\n")
+atexit.register(peak)
+sys.argv[0] = "gatekeeper"
+runpy.run_module("gatekeeper", run_name="__main__", alter_sys=True)
+"""
+
+
 def _wait_measured(cmd: list[str], root: Path | None) -> tuple[Measured, subprocess.CompletedProcess]:
-    """Like run_measured, reaping the child with os.wait4 so its own rusage is read."""
+    """Runs ``cmd``, reaping it with os.wait4 so its own CPU time is read; RSS from its VmHWM line."""
     import threading
 
     t0 = time.perf_counter()
@@ -244,7 +259,9 @@ def _wait_measured(cmd: list[str], root: Path | None) -> tuple[Measured, subproc
         t.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     done = subprocess.CompletedProcess(cmd, proc.returncode, chunks.get("out", ""), chunks.get("err", ""))
-    return Measured(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024), done
+    peaks = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("VmHWM ")]
+    rss = int(peaks[-1]) / 1024 if peaks else float("nan")
+    return Measured(wall, ru.ru_utime + ru.ru_stime, rss), done
 
 
 _PARTS = """
@@ -264,8 +281,15 @@ attach_snippets(outcome)
 t4 = time.perf_counter()
 json.dumps(report.to_json(outcome)); report.render_markdown(outcome); report.render_terminal(outcome)
 t5 = time.perf_counter()
+# Not a stage: would reading the two sides in two forked processes pay? (Threads do not: the
+# decoding holds the GIL.)
+import multiprocessing
+t6 = time.perf_counter()
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    pool.map(load_any, sys.argv[1:3])
+t7 = time.perf_counter()
 print(json.dumps({"imports": t1 - t0, "reading": t2 - t1, "statistics": t3 - t2, "snippets": t4 - t3,
-                  "reports": t5 - t4}))
+                  "reports": t5 - t4, "reading in 2 processes": t7 - t6}))
 """
 
 
@@ -355,12 +379,16 @@ def time_naive_paired_bootstrap(base: dict, cand: dict, resamples: int, seed: in
 def _suite(root: Path) -> tuple[Path, Path, dict, dict]:
     t0 = time.perf_counter()
     base, cand_dir, base_cols, cand = make_suite(root)
-    size = sum(p.stat().st_size for p in root.rglob("samples_*") if p.is_file())
+    size = samples_bytes(root)
     print(f"suite: {N_TASKS} tasks, {N_ITEMS:,} items ({RATIO_SHARE:.0%} ratio-of-sums, "
           f"{CONFUSION_SHARE:.0%} two-choice with f1 and mcc"
           + (f", the acc tasks in {GROUPS} groups under one more" if GROUPS else "") + "), "
           f"samples files {size / 2**20:.0f} MiB for both runs, built in {time.perf_counter() - t0:.0f} s")
     return base, cand_dir, base_cols, cand
+
+
+def samples_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("samples_*") if p.is_file())
 
 
 def _say(label: str, runs: list[Measured], report: dict | None = None) -> None:
@@ -370,9 +398,14 @@ def _say(label: str, runs: list[Measured], report: dict | None = None) -> None:
           f"walls {', '.join(f'{r.wall:.2f}' for r in runs)}){extra}")
 
 
-def _say_parts(label: str, parts: dict[str, float]) -> None:
-    print(f"{label} parts: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
-          + f" (sum {sum(parts.values()):.2f} s)")
+def _say_parts(label: str, parts: dict[str, float], samples_mib: float | None = None) -> None:
+    stages = {k: v for k, v in parts.items() if k != "reading in 2 processes"}
+    print(f"{label} parts: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items())
+          + f" (sum {sum(stages.values()):.2f} s)")
+    if samples_mib:
+        print(f"{label} reading: {samples_mib / parts['reading']:.0f} MiB/s of samples "
+              f"({parts['reading'] / samples_mib * 121e6 / 2**20:.2f} s per 121 MB, the issue's one side); "
+              f"both sides in 2 forked processes: {parts['reading in 2 processes']:.2f} s")
 
 
 def scale(args: argparse.Namespace) -> None:
@@ -387,7 +420,7 @@ def scale(args: argparse.Namespace) -> None:
         _say(f"A1 {n:>9,} items", runs, json.loads((root / "report.json").read_text()))
         parts = time_parts(base, cand_dir, args.resamples) if n < 1_000_000 else {}
         if parts:
-            _say_parts(f"   {n:>9,} items", parts)
+            _say_parts(f"   {n:>9,} items", parts, samples_bytes(root) / 2**20)
         naive, _ = time_naive_paired_bootstrap(base_cols, cand, args.resamples)
         print(f"C  {n:>9,} items: wall {naive:.2f} s")
         rows.append((n, best(runs), naive))
@@ -399,6 +432,7 @@ def scale(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    global CONFUSION_SHARE, GROUPS, N_ITEMS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=N_ITEMS)
     ap.add_argument("--resamples", type=int, default=10_000)
@@ -413,7 +447,6 @@ def main() -> None:
     ap.add_argument("--scale", action="store_true", help="A1, parts and C at 10k, 100k and 1M items")
     ap.add_argument("--record", action="store_true", help="write the figures to benchmarks/figures.json")
     args = ap.parse_args()
-    global CONFUSION_SHARE, GROUPS, N_ITEMS
     CONFUSION_SHARE = 0.20 if args.confusion else 0.0
     GROUPS = max(0, args.groups)
     N_ITEMS = args.items
@@ -433,12 +466,13 @@ def main() -> None:
         figures[label] = best(runs)
         _say(label, runs, json.loads((root / "report.json").read_text()))
     parts = time_parts(base, cand_dir, args.resamples)
-    _say_parts("A1", parts)
+    _say_parts("A1", parts, samples_bytes(root) / 2**20)
     if args.against:
         runs = best_of(3, base, cand_dir, args.resamples, root, root=args.against.resolve())
         figures["A0 run vs run, --against"] = best(runs)
         _say(f"A0 run vs run, {args.against}", runs, json.loads((root / "report.json").read_text()))
-        _say_parts("A0", time_parts(base, cand_dir, args.resamples, root=args.against.resolve()))
+        _say_parts("A0", time_parts(base, cand_dir, args.resamples, root=args.against.resolve()),
+                   samples_bytes(root) / 2**20)
 
     naive_wall, naive_cpu = time_naive_paired_bootstrap(base_cols, cand, args.resamples)
     print(f"C  plain numpy paired bootstrap, {args.resamples:,} resamples, data in memory: wall {naive_wall:.2f} s, "

@@ -25,6 +25,8 @@ Kind = str
 # Item hashes are kept as their first 16 hex digits (64 bits), in memory and in baseline files:
 # a chance collision is irrelevant at any suite size, and 16 digits take a quarter of the memory.
 HASH_CHARS = 16
+# In memory as ASCII bytes: numpy's str dtype takes 4 bytes a digit (19 MB more per 100k items).
+HASH_DTYPE = f"S{HASH_CHARS}"
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,9 @@ class MetricSeries:
       kinds "brier", "median": float64 (n,); "nanmean": float64 (n,), NaN allowed.
       kind "function": object array (n,): the JSON value lm-eval logged per item.
       (gatekeeper.results.metrics.KINDS: each kind validates, stores and tests its own shape.)
-    hashes: str array, shape (n, 3): doc_hash, prompt_hash, target_hash (hex; the readers keep
-      ``HASH_CHARS`` digits, other sources may hold more or fewer: compare on the common prefix).
+    hashes: array of hex digits, shape (n, 3): doc_hash, prompt_hash, target_hash. The readers
+      keep ``HASH_CHARS`` digits as ASCII bytes (``HASH_DTYPE``); other sources may hold str,
+      or more or fewer digits: compare on the common prefix (``np.asarray(h, dtype=str)`` reads any).
     clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).
     reported: the aggregate lm-eval wrote in results.json (None for a baseline file that
       has no results.json; the store keeps it though).

@@ -125,7 +125,7 @@ def test_truncated_baseline_hashes_compare_on_the_prefix(good, bad):
     short.hashes = good.series[MC].hashes.astype("<U16")  # what a baseline store may keep
     pair_series(short, bad.series[MC], where="x")  # no error: prefixes agree
     tampered = bad.series[MC].hashes.copy()
-    tampered[5, 2] = tampered[5, 2][:10] + "zzzzzz" + tampered[5, 2][16:]
+    tampered[5, 2] = tampered[5, 2][:10] + b"zzzzzz"  # bytes (as read) beside the str prefixes
     cand = copy.copy(bad.series[MC])
     cand.hashes = tampered
     with pytest.raises(GateError, match=r"^x doc_id 5: target hash differs$"):

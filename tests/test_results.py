@@ -105,17 +105,18 @@ def test_hashes_parse_and_rebuild_lm_evals_task_hash(lmeval_runs):
     run = results.load_run(lmeval_runs["good"])
     for key, s in run.series.items():
         assert s.hashes.shape == (s.n, 3)
-        assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in s.hashes.ravel())  # HASH_CHARS kept
+        assert s.hashes.dtype == np.dtype("S16")  # HASH_CHARS kept, as ASCII bytes
+        assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in s.hashes.astype(str).ravel())
         if key.task != "arith_gen":  # one filter: file order is doc_id order
             lines = [json.loads(x) for x in samples_path(lmeval_runs["good"], key.task).read_text().splitlines()]
             joined = "".join(x["doc_hash"] + x["prompt_hash"] + x["target_hash"] for x in lines)
             assert hashlib.sha256(joined.encode()).hexdigest() == run.provenance.task_hashes[key.task]
-            assert s.hashes.tolist() == [[x[k][:16] for k in ("doc_hash", "prompt_hash", "target_hash")] for x in lines]
+            assert s.hashes.astype(str).tolist() == [[x[k][:16] for k in ("doc_hash", "prompt_hash", "target_hash")] for x in lines]
     docs = _data("arith.jsonl")
     mc = run.series[SeriesKey("arith_mc", "none", "acc")]
     doc_hash = hashlib.sha256(json.dumps(docs[7], indent=2, ensure_ascii=False).encode()).hexdigest()
-    assert mc.hashes[7, 0] == doc_hash[:16]
-    assert mc.hashes[7, 1] == hashlib.sha256(docs[7]["question"].encode()).hexdigest()[:16]
+    assert mc.hashes[7, 0] == doc_hash[:16].encode()
+    assert mc.hashes[7, 1].decode() == hashlib.sha256(docs[7]["question"].encode()).hexdigest()[:16]
 
 
 def test_groups_and_subtasks(lmeval_runs):

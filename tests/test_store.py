@@ -83,7 +83,8 @@ def _assert_same(a: RunResults, b: RunResults) -> None:
             assert sa.values.tolist() == sb.values.tolist()
         else:
             assert np.array_equal(sa.values, sb.values)  # exact, not approx
-        assert [[h[: baseline_format.HASH_CHARS] for h in row] for row in sa.hashes.tolist()] == sb.hashes.tolist()
+        assert [[h[: baseline_format.HASH_CHARS] for h in row] for row in sa.hashes.astype(str).tolist()] == \
+            sb.hashes.astype(str).tolist()
         assert (sa.clusters is None) == (sb.clusters is None)
         if sa.clusters is not None:
             assert sa.clusters.tolist() == sb.clusters.tolist()
@@ -149,6 +150,25 @@ def test_corrupted_baseline_is_refused(tmp_path: Path) -> None:
     with pytest.raises(GateError, match=r"b\.anchor\.json\.gz: anchor file is truncated .*; restore it from git "
                        r"\(`git checkout -- .*`\), or re-pin the anchor on purpose \(`gatekeeper baseline pin"):
         load_anchor(path.with_name("b.json.gz"))
+
+
+def test_checksum_holds_for_the_written_bytes_and_for_other_spacing(tmp_path: Path) -> None:
+    """The checksum is read off the file's own bytes when they are as written, and off the
+    re-written body otherwise: both accept a whole file and refuse an edited one."""
+    path = tmp_path / "b.json.gz"
+    store.save_baseline(_results(), path, suite_name="demo", suite_hash=None)
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert text.startswith('{"checksum":"sha256:')  # the written form: the fast path
+    spaced = tmp_path / "spaced.json.gz"  # same document, other spacing and key order
+    doc = json.loads(text)
+    spaced.write_bytes(gzip.compress(json.dumps(dict(reversed(list(doc.items()))), indent=1).encode()))
+    _assert_same(store.load_baseline(path), store.load_baseline(spaced))
+    edited = text.replace('"suite":"demo"', '"suite":"demx"')
+    assert edited != text
+    for name, body in (("edited.json.gz", edited), ("spaced-edited.json.gz", json.dumps(json.loads(edited), indent=1))):
+        (tmp_path / name).write_bytes(gzip.compress(body.encode()))
+        with pytest.raises(GateError, match="checksum mismatch"):
+            store.load_baseline(tmp_path / name)
 
 
 def test_not_a_baseline(tmp_path: Path) -> None:

@@ -33,12 +33,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gatekeeper.baseline.validate import check_series, validate_document
 from gatekeeper.errors import GateError
 from gatekeeper.files import portable_path
-from gatekeeper.model import HASH_CHARS, MetricSeries, Provenance, RunResults, SeriesKey
+from gatekeeper.model import HASH_CHARS, HASH_DTYPE, MetricSeries, Provenance, RunResults, SeriesKey
 from gatekeeper.results import trusted
 from gatekeeper.results.metrics import bind_function, kind_for, kind_named
 
@@ -60,7 +61,7 @@ def encode(results: RunResults, *, suite_name: str | None, suite_hash: str | Non
 
 def read(path: Path) -> tuple[dict, RunResults]:
     """The document and the results of one baseline file, from one (bounded) read."""
-    doc = _read_document(path)
+    raw, doc = _read_document(path)
     if doc.get("format") != FORMAT:
         raise GateError(f"{path}: not a gatekeeper baseline (format {doc.get('format')!r})")
     version = doc.get("version")
@@ -69,8 +70,7 @@ def read(path: Path) -> tuple[dict, RunResults]:
             f"{path}: baseline format version {version!r} is not supported "
             f"(this gatekeeper reads version {FORMAT_VERSION}; upgrade gatekeeper or re-record)"
         )
-    body = {k: v for k, v in doc.items() if k != "checksum"}
-    if doc.get("checksum") != _checksum(body):
+    if not _checksum_matches(raw, doc):
         raise GateError(f"{path}: checksum mismatch (file corrupted or edited by hand); {repair(path)}")
     # The checksum only proves the file is whole (anyone can recompute it): check every field.
     validate_document(path, doc)
@@ -180,7 +180,8 @@ def _series_from(s: dict) -> MetricSeries:
     kind = s["kind"]
     n = len(s["doc_ids"])
     values = kind_named(kind).from_doc(s["values"], n)
-    hashes = np.asarray(s["hashes"], dtype=str).reshape(n, 3) if n else np.empty((0, 3), dtype=str)
+    # Validated hex: ASCII. Longer hashes (older files) keep HASH_CHARS digits, as compare would.
+    hashes = np.asarray(s["hashes"], dtype=HASH_DTYPE).reshape(n, 3) if n else np.empty((0, 3), dtype=HASH_DTYPE)
     return MetricSeries(
         key=SeriesKey(s["task"], s["filter"], s["metric"]),
         kind=kind,
@@ -235,7 +236,23 @@ def max_inflated_bytes(compressed: int) -> int:
 MAX_INFLATED_BYTES = 256 << 20
 
 
-def _read_document(path: Path) -> dict:
+def _checksum_matches(raw: bytes, doc: dict) -> bool:
+    """Whether ``doc`` (parsed from ``raw``) carries the checksum of the rest of itself. A file as
+    ``encode`` writes it is its canonical JSON with the checksum first (sorted keys), so the body's
+    JSON is the file's own bytes less that member: hashed in place, not written out again. A file
+    with other spacing or key order (edited, or another writer) is checked on its re-written body."""
+    claimed = doc.get("checksum")
+    head = f'{{"checksum":{json.dumps(claimed)},'.encode() if isinstance(claimed, str) else b""
+    if head and raw.startswith(head):
+        digest = hashlib.sha256(b"{")
+        digest.update(memoryview(raw)[len(head):])
+        if "sha256:" + digest.hexdigest() == claimed:
+            return True
+    return claimed == _checksum({k: v for k, v in doc.items() if k != "checksum"})
+
+
+def _read_document(path: Path) -> tuple[bytes, dict]:
+    """The inflated bytes of a baseline file and the JSON object they hold."""
     try:
         with path.open("rb") as fh:
             magic = fh.read(2)
@@ -249,20 +266,29 @@ def _read_document(path: Path) -> dict:
     except OSError as exc:
         raise GateError(f"{path}: cannot read baseline ({exc.strerror})") from None
     try:
-        text = raw.decode("utf-8")
+        if not raw.isascii():
+            raw.decode("utf-8")  # msgspec checks the strings it builds; this checks every byte
     except UnicodeDecodeError:
         raise GateError(f"{path}: baseline is not valid UTF-8 text; {repair(path)}") from None
-    del raw
     try:
-        doc = json.loads(text)
+        doc = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        doc = _read_json(path, raw)  # NaN tokens (Python's json writes them), or a named error
+    if not isinstance(doc, dict):
+        raise GateError(f"{path}: not a gatekeeper baseline")
+    return raw, doc
+
+
+def _read_json(path: Path, raw: bytes) -> Any:
+    """Python's json on a document msgspec refused: it reads the NaN and Infinity tokens that
+    json.dumps writes, and says where a broken file breaks."""
+    try:
+        return json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise GateError(f"{path}: baseline is not valid JSON (line {exc.lineno}, column {exc.colno}); {repair(path)}") from None
     except (ValueError, RecursionError) as exc:  # 4300+ digit integers, arrays nested 1000s deep
         what = "nested too deeply" if isinstance(exc, RecursionError) else "a number with too many digits"
         raise GateError(f"{path}: baseline is not usable JSON ({what})") from None
-    if not isinstance(doc, dict):
-        raise GateError(f"{path}: not a gatekeeper baseline")
-    return doc
 
 
 def _kind(path: Path) -> str:

@@ -123,8 +123,8 @@ def pair_series(
         raise GateError(f"{where}: duplicate doc_ids")
     b_order, c_order = np.argsort(b_ids, kind="stable"), np.argsort(c_ids, kind="stable")
     _check_hashes(
-        np.asarray(baseline.hashes, dtype=str).reshape(-1, 3)[b_order],
-        np.asarray(candidate.hashes, dtype=str).reshape(-1, 3)[c_order],
+        np.asarray(baseline.hashes).reshape(-1, 3)[b_order],
+        np.asarray(candidate.hashes).reshape(-1, 3)[c_order],
         b_ids[b_order],
         where,
     )
@@ -740,6 +740,9 @@ def _count_eg(ids: np.ndarray, side: str) -> str:
 
 def _check_hashes(b: np.ndarray, c: np.ndarray, doc_ids: np.ndarray, where: str) -> None:
     names = ("doc", "prompt", "target")
+    if b.dtype.kind != c.dtype.kind or b.dtype.kind not in "SU":  # bytes beside str: compare as str
+        b, c = b.astype(str), c.astype(str)
+    kind = b.dtype.kind
     for col in range(3):
         bc, cc = b[:, col], c[:, col]
         if not bc.size:
@@ -747,8 +750,8 @@ def _check_hashes(b: np.ndarray, c: np.ndarray, doc_ids: np.ndarray, where: str)
         n = min(int(np.char.str_len(bc).min()), int(np.char.str_len(cc).min()))
         if n == 0:
             continue  # a side without hashes (nothing to check against)
-        # Casting to a shorter unicode dtype truncates: compare on the common prefix length.
-        bad = np.flatnonzero(bc.astype(f"<U{n}") != cc.astype(f"<U{n}"))
+        # Casting to a shorter dtype truncates: compare on the common prefix length.
+        bad = np.flatnonzero(bc.astype(f"{kind}{n}") != cc.astype(f"{kind}{n}"))
         if bad.size:
             more = f" (and {bad.size - 1} more items)" if bad.size > 1 else ""
             raise GateError(f"{where} doc_id {int(doc_ids[bad[0]])}: {names[col]} hash differs{more}")

@@ -32,7 +32,7 @@ from gatekeeper.errors import GateError
 from gatekeeper.model import MetricSeries, RunResults, SeriesKey
 
 _LEAF_SHIFT = np.int64(1) << np.int64(32)
-_NO_HASHES = np.array([["", "", ""]], dtype="<U1")
+_NO_HASHES = np.array([["", "", ""]], dtype="S1")
 # Reported (float) aggregates and the ones recomputed from items: a sum in another order.
 _REL_TOL = 1e-9
 _ABS_TOL = 1e-12

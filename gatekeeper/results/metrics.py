@@ -197,6 +197,19 @@ class MetricKind:
         return stack.mean(axis=0)
 
 
+def _all_finite_pairs(values: list[Any]) -> bool:
+    """Fast path of ``_first_bad_pair(values, is_finite)``: lists of two ints or floats, all finite."""
+    if set(map(type, values)) != {list} or set(map(len, values)) != {2}:
+        return False
+    flat = list(itertools.chain.from_iterable(values))
+    if not set(map(type, flat)) <= {int, float}:
+        return False
+    try:
+        return bool(np.isfinite(np.asarray(flat, dtype=np.float64)).all())
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
 class _NoProblem:
     def __repr__(self) -> str:
         return "<none>"
@@ -207,6 +220,8 @@ NO_PROBLEM = _NoProblem()
 
 def _first_bad_pair(values: list[Any], ok: Callable[[Any], bool]) -> Any:
     """For kinds stored as a pair per item: the first item that is not two ``ok`` values."""
+    if ok is is_finite and _all_finite_pairs(values):
+        return NO_PROBLEM
     for v in values:
         if not (isinstance(v, list) and len(v) == 2 and all(ok(x) for x in v)):
             return v

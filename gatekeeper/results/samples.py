@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from gatekeeper.errors import GateError
-from gatekeeper.model import HASH_CHARS
+from gatekeeper.model import HASH_DTYPE
 from gatekeeper.results.metrics import MetricKind, Unusual
 from gatekeeper.text import json_problem, short
 
@@ -110,7 +110,8 @@ class _Shape:
         (else None: ``numbers`` finds them if an error needs them)."""
         try:
             lines = self.decoder.decode_lines(raw)
-            raw.decode("utf-8")  # msgspec skips the prompts without checking their UTF-8
+            if not raw.isascii():
+                raw.decode("utf-8")  # msgspec skips the prompts without checking their UTF-8
             return lines, None
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pairs = [(self.one(path, n, line), n) for n, line in _numbered(raw, first)]
@@ -168,29 +169,26 @@ def _numbered(raw: bytes, first: int) -> Iterator[tuple[int, bytes]]:
             yield n, line
 
 
-def _blocks(path: Path) -> Iterator[tuple[bytes, int, int]]:
-    """(block of whole lines, its byte offset, its first line number), about 8 MiB each."""
+def _blocks(path: Path) -> Iterator[tuple[bytes, int, int, np.ndarray]]:
+    """(block of whole lines, its byte offset, its first line number, where its newlines are),
+    about 8 MiB each: a block is completed to the end of its last line (one copy, however long)."""
     try:
         fh = path.open("rb")
     except OSError as exc:
         raise GateError(f"{path}: cannot read ({exc.strerror})") from None
     with fh:
-        rest, offset, lineno = b"", 0, 1
-        while chunk := fh.read(_BLOCK_BYTES):
-            chunk = rest + chunk if rest else chunk
-            cut = chunk.rfind(b"\n") + 1  # a newline byte never sits inside a UTF-8 sequence
-            rest = chunk[cut:]
-            if cut:
-                block = chunk[:cut]
-                yield block, offset, lineno
-                offset, lineno = offset + cut, lineno + block.count(b"\n")
-        if rest:
-            yield rest, offset, lineno
+        offset, lineno = 0, 1
+        while block := fh.read(_BLOCK_BYTES):
+            if not block.endswith(b"\n"):
+                block += fh.readline()
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            yield block, offset, lineno, ends
+            offset, lineno = offset + len(block), lineno + len(ends)
 
 
-def _line_starts(raw: bytes, offset: int, count: int, numbers: list[int] | None, first: int) -> np.ndarray:
-    """Byte offsets of the block's ``count`` non-blank lines."""
-    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 10)
+def _line_starts(raw: bytes, ends: np.ndarray, offset: int, count: int, numbers: list[int] | None,
+                 first: int) -> np.ndarray:
+    """Byte offsets of the block's ``count`` non-blank lines (``ends``: its newlines)."""
     starts = np.concatenate([[0], ends + 1])[: len(ends) + (not raw.endswith(b"\n"))]
     if len(starts) != count:  # blank lines: keep the starts of the others
         keep = np.asarray(numbers if numbers is not None else [n for n, _ in _numbered(raw, first)])
@@ -206,7 +204,7 @@ def read_samples(path: Path, task: str, wanted: Wanted) -> tuple[dict[str, Filte
     task_hash = hashlib.sha256()
     parts: dict[str, _Parts] = {}
     ids_by_filter: dict[str, list[int]] = {}
-    for raw, offset, first in _blocks(path):
+    for raw, offset, first, ends in _blocks(path):
         lines, numbers = shape.decode(path, raw, first)
         if not lines:
             continue
@@ -219,8 +217,8 @@ def read_samples(path: Path, task: str, wanted: Wanted) -> tuple[dict[str, Filte
         filters = list(map(_FILTER, lines))
         joined = _hash_text(lines, shape, where)
         task_hash.update(joined)
-        hashes = np.frombuffer(joined, dtype="S64").reshape(-1, 3).astype(f"S{HASH_CHARS}")
-        starts = _line_starts(raw, offset, len(lines), numbers, first)
+        hashes = np.frombuffer(joined, dtype="S64").reshape(-1, 3).astype(HASH_DTYPE)
+        starts = _line_starts(raw, ends, offset, len(lines), numbers, first)
         distinct = set(filters)
         for filt in distinct:
             rows = None if len(distinct) == 1 else [i for i, f in enumerate(filters) if f == filt]
@@ -290,7 +288,7 @@ def _no_duplicates(path: Path, shape: _Shape, ids_by_filter: dict[str, list[int]
     if all(len(set(ids)) == len(ids) for ids in ids_by_filter.values()):
         return
     seen: set[tuple[int, str]] = set()
-    for raw, _, first in _blocks(path):
+    for raw, _, first, _ in _blocks(path):
         for n, line in _numbered(raw, first):
             obj = shape.one(path, n, line)
             if (obj.doc_id, obj.filter) in seen:
@@ -302,7 +300,7 @@ def _finish(p: _Parts, wanted: Wanted) -> FilterData:
     values = {m: wanted.kinds[m][0].join(parts) if parts else [] for m, parts in p.values.items()}
     return FilterData(
         doc_ids=np.concatenate(p.doc_ids),
-        hashes=np.concatenate(p.hashes).astype(f"<U{HASH_CHARS}"),
+        hashes=np.concatenate(p.hashes),
         values=values,
         clusters=np.asarray(p.clusters, dtype=str) if wanted.cluster_field is not None else None,
         offsets=np.concatenate(p.offsets),
