@@ -3,7 +3,7 @@
 Builds a synthetic 60-task suite in lm-eval 0.4.13's on-disk format (results_*.json +
 samples_*.jsonl, hashes and task_hashes consistent, aggregates exact), with lines shaped like
 lm-eval's multiple-choice lines (the prompt once per choice, the loglikelihoods, the doc: about
-1.2 KB a line): 100,000 items in total by default, 10% of them in ratio-of-sums metrics
+1.8 KB a line): 100,000 items in total by default, 10% of them in ratio-of-sums metrics
 (loglikelihood_rolling: word/byte perplexity, bits per byte), the rest right/wrong (acc). Then,
 in the same run:
 

@@ -149,12 +149,8 @@ class MetricKind:
 
     def doc_problem(self, values: list[Any]) -> Any:
         """The first stored item that is not a valid value (``NO_PROBLEM`` when all are)."""
-        if set(map(type, values)) <= {int, float}:
-            try:
-                if np.isfinite(np.asarray(values, dtype=np.float64)).all():
-                    return NO_PROBLEM
-            except OverflowError:
-                pass
+        if _all_finite(values):
+            return NO_PROBLEM
         for v in values:
             if not is_finite(v):
                 return v
@@ -197,15 +193,13 @@ class MetricKind:
         return stack.mean(axis=0)
 
 
-def _all_finite_pairs(values: list[Any]) -> bool:
-    """Fast path of ``_first_bad_pair(values, is_finite)``: lists of two ints or floats, all finite."""
-    if set(map(type, values)) != {list} or set(map(len, values)) != {2}:
-        return False
-    flat = list(itertools.chain.from_iterable(values))
-    if not set(map(type, flat)) <= {int, float}:
+def _all_finite(values: list[Any]) -> bool:
+    """``all(map(is_finite, values))`` in bulk, for the usual case (False may only mean "not
+    plain": the item-by-item check then names the bad value)."""
+    if not set(map(type, values)) <= {int, float}:
         return False
     try:
-        return bool(np.isfinite(np.asarray(flat, dtype=np.float64)).all())
+        return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
     except OverflowError:  # an integer beyond float range
         return False
 
@@ -220,8 +214,6 @@ NO_PROBLEM = _NoProblem()
 
 def _first_bad_pair(values: list[Any], ok: Callable[[Any], bool]) -> Any:
     """For kinds stored as a pair per item: the first item that is not two ``ok`` values."""
-    if ok is is_finite and _all_finite_pairs(values):
-        return NO_PROBLEM
     for v in values:
         if not (isinstance(v, list) and len(v) == 2 and all(ok(x) for x in v)):
             return v
@@ -361,6 +353,9 @@ class RatioKind(MetricKind):
         return [[float(a), float(b)] for a, b in np.asarray(values, dtype=np.float64).reshape(-1, 2)]
 
     def doc_problem(self, values: list[Any]) -> Any:
+        if (set(map(type, values)) == {list} and set(map(len, values)) == {2}
+                and _all_finite(list(itertools.chain.from_iterable(values)))):
+            return NO_PROBLEM
         return _first_bad_pair(values, is_finite)
 
     def from_doc(self, values: list[Any], n: int) -> np.ndarray:

@@ -407,11 +407,9 @@ def _task_series(
         raise GateError(f"{path}: samples file missing for task {task} (was lm-eval run with --log_samples?)")
     by_filter, task_hash = read_samples(path, task, Wanted(per_filter, kinds, cluster_field))
     effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
-    for filt, fd in by_filter.items():
-        order = np.argsort(fd.doc_ids, kind="stable")
-        sample_lines[(task, filt)] = (fd.doc_ids[order], fd.offsets[order])
     return _check_and_build(
-        by_filter, task_hash, path, task, data, per_filter, kinds, reported, hib_map, cluster_field, effective
+        by_filter, task_hash, path, task, data, per_filter, kinds, reported, hib_map, cluster_field, effective,
+        sample_lines,
     )
 
 
@@ -427,8 +425,10 @@ def _check_and_build(
     hib_map: dict[str, Any],
     cluster_field: str | None,
     effective: Any,
+    sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
 ) -> dict[SeriesKey, MetricSeries]:
-    """Series of one task from its samples, after checking them against results.json."""
+    """Series of one task from its samples, after checking them against results.json; records
+    where each item's line starts in ``sample_lines``."""
     series: dict[SeriesKey, MetricSeries] = {}
     for filt, metrics in per_filter.items():
         fd = by_filter.get(filt)
@@ -444,6 +444,7 @@ def _check_and_build(
         order = np.argsort(fd.doc_ids, kind="stable")
         doc_ids, hashes = fd.doc_ids[order], fd.hashes[order]
         clusters = fd.clusters[order] if fd.clusters is not None else None
+        sample_lines[(task, filt)] = (doc_ids, fd.offsets[order])
         for metric in metrics:
             kind, agg = kinds[metric]
             values = kind.as_array(agg, fd.values[metric])[order]

@@ -222,13 +222,14 @@ def read_samples(path: Path, task: str, wanted: Wanted) -> tuple[dict[str, Filte
         distinct = set(filters)
         for filt in distinct:
             rows = None if len(distinct) == 1 else [i for i, f in enumerate(filters) if f == filt]
-            ids_by_filter.setdefault(filt, []).extend(ids if rows is None else [ids[i] for i in rows])
+            sel_ids = ids if rows is None else [ids[i] for i in rows]
+            ids_by_filter.setdefault(filt, []).extend(sel_ids)
             if filt not in wanted.metrics:
                 continue  # a filter with no reported metric (nothing to gate on)
             part = parts.setdefault(filt, _Parts(values={m: [] for m in wanted.metrics[filt]}))
             sel = lines if rows is None else [lines[i] for i in rows]
             at = (lambda i: where(i)) if rows is None else (lambda i, rows=rows: where(rows[i]))
-            part.doc_ids.append(np.asarray(ids if rows is None else [ids[i] for i in rows], dtype=np.int64))
+            part.doc_ids.append(np.asarray(sel_ids, dtype=np.int64))
             part.hashes.append(hashes if rows is None else hashes[rows])
             part.offsets.append(starts if rows is None else starts[rows])
             for metric in wanted.metrics[filt]:
