@@ -418,7 +418,7 @@ def scale(args: argparse.Namespace) -> None:
         base, cand_dir, base_cols, cand = _suite(root)
         runs = best_of(1 if n >= 1_000_000 else 3, base, cand_dir, args.resamples, root)
         _say(f"A1 {n:>9,} items", runs, json.loads((root / "report.json").read_text()))
-        parts = time_parts(base, cand_dir, args.resamples) if n < 1_000_000 else {}
+        parts = time_parts(base, cand_dir, args.resamples)
         if parts:
             _say_parts(f"   {n:>9,} items", parts, samples_bytes(root) / 2**20)
         naive, _ = time_naive_paired_bootstrap(base_cols, cand, args.resamples)

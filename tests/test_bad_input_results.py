@@ -82,6 +82,29 @@ def test_truncated_samples_line(good_copy):
     _fails(good_copy, re.escape(str(path)) + r" line 27: truncated or invalid JSON$")
 
 
+def test_invalid_utf8_inside_a_prompt_names_its_line(good_copy):
+    # msgspec skips a prompt without checking its bytes: the block's UTF-8 is checked on its own
+    path = samples_path(good_copy, "arith_mc")
+    data = path.read_bytes().split(b"\n")
+    data[8] = data[8].replace(b'"arguments"', b'"arguments\xff"', 1)
+    path.write_bytes(b"\n".join(data))
+    _fails(good_copy, re.escape(str(path)) + r" line 9: not valid UTF-8$")
+
+
+def test_empty_samples_file(good_copy):
+    path = samples_path(good_copy, "arith_mc")
+    path.write_bytes(b"")
+    _fails(good_copy, re.escape(str(path)) + r": results.json reports acc,none but no sample line has filter none$")
+
+
+def test_last_line_without_a_newline_is_read(good_copy, lmeval_runs):
+    path = samples_path(good_copy, "arith_mc")
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    run, again = load_run(lmeval_runs["good"]), load_run(good_copy)
+    key = next(k for k in run.series if k.task == "arith_mc")
+    assert list(again.series[key].values) == list(run.series[key].values)
+
+
 def test_duplicate_doc_id(good_copy):
     path = edit_samples(good_copy, "arith_mc", lambda lines: _set_line(lines, 5, doc_id=4))
     _fails(good_copy, re.escape(str(path)) + r" line 6: duplicate doc_id 4 \(filter none\)$")

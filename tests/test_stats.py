@@ -490,3 +490,42 @@ def test_mcnemar_power_at_no_drop_is_the_size_and_rises():
     curve = [power(1000, 0.1, d, 0.0, 0.05) for d in (0.0, 0.01, 0.02, 0.03, 0.05)]
     assert curve == sorted(curve) and curve[-1] > 0.95
     assert power(1000, 0.1, 0.03, 0.02, 0.05) < power(1000, 0.1, 0.03, 0.0, 0.05)  # the margin costs power
+
+
+def _ratio_pair(rng: np.random.Generator, m: int, shift: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    words = rng.integers(20, 400, m).astype(np.float64)
+    ll = -words * rng.gamma(3.0, 1.0, m)
+    return np.column_stack([ll, words]), np.column_stack([ll + rng.normal(shift, 2.0, m), words])
+
+
+@pytest.mark.parametrize("keep_counts", [True, False])
+def test_a_suites_bootstraps_drawn_together_equal_each_drawn_alone(monkeypatch, keep_counts):
+    """``pending_draws`` sums the tests that share a size and seed in one pass over the draw
+    counts (kept between calls or not): every test comes out as ``paired_test`` gives it alone."""
+    from gatekeeper.compare.stats import pending_draws, plan_test
+
+    if not keep_counts:  # the 1M-item case: counts too big to keep for the next metric
+        monkeypatch.setattr(resampling, "COUNTS_CACHE_BYTES", 0)
+    rng = np.random.default_rng(7)
+    cases = [("ratio", agg, *_ratio_pair(rng, m, shift)) for m, shift in ((300, 0.0), (300, -0.3), (300, 0.2), (451, 0.0))
+             for agg in ("weighted_perplexity", "bits_per_byte")]
+    few = rng.integers(0, 3, (300, 1)).astype(np.float64)  # few distinct rows: multinomial draws
+    cases.append(("ratio", "weighted_perplexity", np.column_stack([few[:, 0], np.ones(300)]),
+                  np.column_stack([few[::-1, 0], np.ones(300)])))
+    kw = dict(higher_is_better=False, n_resamples=999, seed=3)
+    plans = [plan_test(kind, agg, b, c, **kw) for kind, agg, b, c in cases]
+    together = [p.finish(d) for p, d in zip(plans, pending_draws(plans), strict=True)]
+    alone = [paired_test(kind, agg, b, c, **kw) for kind, agg, b, c in cases]
+    for t, a in zip(together, alone, strict=True):
+        assert (t.p_worse, t.p_better, t.n_resamples) == (a.p_worse, a.p_better, a.n_resamples)
+        np.testing.assert_allclose(t.draws, a.draws, rtol=1e-8, atol=1e-12)  # summed in another order
+        assert (t.ci_low, t.ci_high) == pytest.approx((a.ci_low, a.ci_high), rel=1e-8)
+    assert len({t.ci_low for t in together}) == len(cases)  # the draws are shared, not the answers
+
+
+@pytest.mark.parametrize("shape", [(10, 20, 3), (1000, 300, 4), (15, 16_667, 54), (157, 1667, 7), (70, 5000, 1)])
+def test_blocked_matmul_is_the_product(shape):
+    rows, inner, cols = shape
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 4, (rows, inner)).astype(np.float64), rng.normal(size=(inner, cols))
+    np.testing.assert_allclose(resampling.matmul(a, b), a @ b, rtol=1e-10, atol=1e-9)

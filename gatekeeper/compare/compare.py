@@ -276,18 +276,17 @@ def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPai
                policy: Policy, seed: int) -> tuple[list[Tested], list[str]]:
     """The paired test of every group metric (``pairs``, from ``group_pairs``) and every series,
     before the correction across the suite."""
-    warnings: list[str] = []
-    tested: list[Tested] = []
+    src = f"{baseline.provenance.source} vs {candidate.provenance.source}"
     leaves = [(None, baseline.series[key], candidate.series[key]) for key in sorted(baseline.series, key=str)]
+    rows, plans = [], []
     for gm, b_series, c_series in [(gm, b, c) for b, c, gm in pairs] + leaves:
         what = "task" if gm is None else "group"
         key = b_series.key
-        where = f"{what} {key.task} ({key.metric},{key.filter})"
-        base, cand, clusters = pair_series(b_series, c_series, where=where)
+        base, cand, clusters = pair_series(b_series, c_series, where=f"{what} {key.task} ({key.metric},{key.filter})")
         margin, gated = policy.lookup(key, candidate.parents(key.task), group=gm is not None)
         snapped, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
         try:
-            test = stats.paired_test(
+            plans.append(stats.plan_test(
                 b_series.kind,
                 b_series.aggregation,
                 base,
@@ -298,9 +297,20 @@ def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPai
                 n_resamples=policy.resamples,
                 seed=seed,
                 exact=policy.exact_mcnemar,
-            )
+            ))
         except ValueError as exc:  # NaN, empty, bad clusters: the input is wrong, not the gate
-            src = f"{baseline.provenance.source} vs {candidate.provenance.source}"
+            raise GateError(f"{src}: {key}: {exc}") from None
+        rows.append((gm, b_series, base, cand, snapped, rounded, margin, gated))
+    # The bootstraps still to draw, together: tests with as many items share their resamples.
+    draws = stats.pending_draws(plans)
+    warnings: list[str] = []
+    tested: list[Tested] = []
+    for (gm, b_series, base, cand, snapped, rounded, margin, gated), plan, drawn in zip(rows, plans, draws,
+                                                                                       strict=True):
+        key = b_series.key
+        try:
+            test = plan if drawn is None else plan.finish(drawn)
+        except ValueError as exc:  # every resample undefined (e.g. zero counts)
             raise GateError(f"{src}: {key}: {exc}") from None
         warnings.extend(f"{key}: {w}" for w in test.warnings)
         if rounded:

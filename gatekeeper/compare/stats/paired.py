@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gatekeeper.compare.stats.itemwise import item_bootstrap, item_permutation
 from gatekeeper.compare.stats.mcnemar import mcnemar
 from gatekeeper.compare.stats.resampling import (
     EXACT_MAX_UNITS,
+    PermutationResult,
     Units,
-    bootstrap,
+    bootstrap_draws,
+    percentile_interval,
     permutation_test,
 )
 from gatekeeper.compare.stats.result import PairedTest
@@ -19,9 +23,51 @@ from gatekeeper.results.metrics import MetricKind, kind_named
 MIN_CLUSTERS = 20
 
 
+@dataclass(frozen=True)
+class PendingTest:
+    """A permutation test whose bootstrap interval is still to draw: ``plan_test`` makes it and
+    ``finish_all`` completes many at once, their bootstraps sharing draws (``bootstrap_draws``)."""
+
+    units: Units
+    seed_seq: np.random.SeedSequence
+    n_resamples: int
+    perm: PermutationResult
+    fields: dict  # test, n, n_clusters, baseline, candidate, delta, confidence
+    warnings: tuple[str, ...]
+
+    def finish(self, draws: np.ndarray) -> PairedTest:
+        """The test, given its bootstrap replicates. ValueError when none is defined."""
+        boot = percentile_interval(draws, self.fields["confidence"], "e.g. zero counts")
+        return PairedTest(**self.fields, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=self.perm.p_worse,
+                          p_better=self.perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
+                          warnings=self.warnings, se_null=self.perm.se, draws=boot.draws)
+
+
+def pending_draws(plans: list[PairedTest | PendingTest]) -> list[np.ndarray | None]:
+    """Each pending plan's bootstrap replicates (None for a finished test), drawn together."""
+    pending = [p for p in plans if isinstance(p, PendingTest)]
+    n_resamples = {p.n_resamples for p in pending}
+    if len(n_resamples) > 1:
+        raise ValueError(f"plans with different resample counts: {sorted(n_resamples)}")
+    draws = iter(bootstrap_draws([p.units for p in pending], n_resamples.pop() if pending else 0,
+                                 [p.seed_seq for p in pending]))
+    return [next(draws) if isinstance(p, PendingTest) else None for p in plans]
+
+
 def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
                 higher_is_better: bool, clusters: np.ndarray | None = None, confidence: float = 0.95,
                 n_resamples: int = 10_000, seed: int = 0, exact: bool = False) -> PairedTest:
+    """``plan_test``, finished at once (``pending_draws`` finishes a suite's together)."""
+    plan = plan_test(kind, aggregation, baseline, candidate, higher_is_better=higher_is_better, clusters=clusters,
+                     confidence=confidence, n_resamples=n_resamples, seed=seed, exact=exact)
+    if isinstance(plan, PairedTest):
+        return plan
+    return plan.finish(bootstrap_draws([plan.units], n_resamples, [plan.seed_seq])[0])
+
+
+def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
+              higher_is_better: bool, clusters: np.ndarray | None = None, confidence: float = 0.95,
+              n_resamples: int = 10_000, seed: int = 0, exact: bool = False) -> PairedTest | PendingTest:
     """Compare a candidate run with a baseline run on the same items (paired row by row).
 
     - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling);
@@ -88,10 +134,7 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
     if perm is None:  # every pair identical
         return PairedTest(**common, ci_low=0.0, ci_high=0.0, p_worse=1.0, p_better=1.0, se=0.0,
                           n_resamples=0, warnings=tuple(warnings), identical=True)
-    boot = bootstrap(units, confidence, n_resamples, ss_boot)
-    return PairedTest(**common, ci_low=boot.ci_low, ci_high=boot.ci_high, p_worse=perm.p_worse,
-                      p_better=perm.p_better, se=boot.se, n_resamples=boot.n_resamples,
-                      warnings=tuple(warnings), se_null=perm.se, draws=boot.draws)
+    return PendingTest(units, ss_boot, n_resamples, perm, common, tuple(warnings))
 
 
 def _studentized(diff: np.ndarray, b_score: float, c_score: float, n: int, hib: bool, confidence: float,
