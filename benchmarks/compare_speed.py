@@ -429,6 +429,14 @@ def scale(args: argparse.Namespace) -> None:
     for n, m, naive in rows:
         print(f"{n:>9,}  {m.wall:7.2f} s  {m.wall / n * 1e5:9.2f} s   {m.rss_mib:6.0f} MiB  {naive:7.2f} s  "
               f"{naive / m.wall:4.1f}x")
+    (_, mid, _), (_, big, _) = rows[1], rows[2]
+    growth = big.wall / mid.wall
+    print(f"goal: linear cost from 100k to 1M items, i.e. at most 10x the time: {growth:.1f}x")
+    if args.record:
+        figures_mod.record("benchmarks/compare_speed.py", {
+            "compare_wall_1m": (f"{big.wall:.1f} s", big.wall),
+            "compare_growth_1m": (f"{growth:.1f}×", growth),
+        }, note=f"--scale, {args.resamples:,} resamples")
 
 
 def main() -> None:
