@@ -217,8 +217,26 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
     if looks:
         lines += _looks_preview(suite, checked.items, looks, policy or suite.policy)
     lines += _groups_preview(suite, checked.groups, checked.items)
+    if stored is not None:
+        lines += _resolution_preview(plan_suite(suite_path, baseline=baseline_path, policy=policy))
     lines += _prompts_preview(checked.prompts, len(checked.items))
     return "\n".join(lines)
+
+
+def _resolution_preview(p: plans.Plan) -> list[str]:
+    """Each gated row's smallest drop caught 4 times in 5, from ``plans.plan``: the figure
+    ``gatekeeper plan`` prints for the same row, and whether the suite's margin resolves."""
+    source = (f"the harmless spread measured against {p.against}" if p.against else
+              "right/wrong flips assumed at 5%, other spreads need a second run")
+    lines = [f"resolution, as `gatekeeper plan` gives it ({source}):"]
+    for r in p.rows:
+        if r.resolves is None:
+            said = r.note
+        else:
+            said = (f"a drop of {r.mde:.3g} is caught 4 times in 5; margin {r.margin:g} "
+                    + ("resolves" if r.resolves else f"does not resolve (smallest margin about {r.smallest_margin:.3g})"))
+        lines.append(f"  {r.key.task} {r.key.metric} ({r.key.filter}): {said}")
+    return lines
 
 
 def _prompts_preview(prompts: dict[str, list[tuple[str, str, str]]], n_tasks: int) -> list[str]:
@@ -626,7 +644,7 @@ def seconds_saved(manifests: list[dict[str, Any]], skipped: dict[str, int]) -> f
 
 
 def plan_suite(suite_path: str | Path, *, baseline: str | Path | None = None, against: str | Path | None = None,
-               flip_rate: float | None = None, looks: int | None = None) -> plans.Plan:
+               flip_rate: float | None = None, looks: int | None = None, policy: Policy | None = None) -> plans.Plan:
     """``gatekeeper plan``: the suite's resolution from its stored baseline (``compare/plan.py``).
     The harmless spread is measured on a second run of the same items: ``against`` (a run folder
     or baseline file), else the anchor, else the newest earlier baseline in history/."""
@@ -645,7 +663,7 @@ def plan_suite(suite_path: str | Path, *, baseline: str | Path | None = None, ag
         check_run_matches_suite(stored, suite, what="baseline",
                                 fix=f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}")
         other, name = _second_run(base_path, stored, suite, against)
-    return plans.plan(stored, suite.policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
+    return plans.plan(stored, policy or suite.policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
                       looks=looks)
 
 

@@ -46,6 +46,14 @@ def test_a_dry_run_checks_the_suite_and_shows_prompts_without_evaluating(tmp_pat
     assert "  > Q: 0+2= A:  (target: 2)" in out  # a generation task: its target
     assert out.count("the first 3 requests as lm-eval builds them") == 4
     assert _listing(project) == before  # nothing written
+    # the power figure of each gated row is the one `gatekeeper plan` prints (one model)
+    from gatekeeper.gate import plan_suite
+
+    rows = plan_suite(project / "gatekeeper.yaml").rows
+    assert rows and "resolution, as `gatekeeper plan` gives it" in out
+    for r in rows:
+        line = next(x for x in out.splitlines() if x.startswith(f"  {r.key.task} {r.key.metric} ({r.key.filter}): "))
+        assert (r.note in line) if r.resolves is None else (f"a drop of {r.mde:.3g} is caught" in line), line
 
     # What a gate would refuse, a dry run refuses: a typo, a margin in the wrong units, a missing model.
     suite = (project / "gatekeeper.yaml").read_text()
