@@ -218,7 +218,7 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
         lines += _looks_preview(suite, checked.items, looks, policy or suite.policy)
     lines += _groups_preview(suite, checked.groups, checked.items)
     if stored is not None:
-        lines += _resolution_preview(plan_suite(suite_path, baseline=baseline_path, policy=policy))
+        lines += _resolution_preview(_plan(suite, stored, baseline_path, policy or suite.policy))
     lines += _prompts_preview(checked.prompts, len(checked.items))
     return "\n".join(lines)
 
@@ -644,7 +644,7 @@ def seconds_saved(manifests: list[dict[str, Any]], skipped: dict[str, int]) -> f
 
 
 def plan_suite(suite_path: str | Path, *, baseline: str | Path | None = None, against: str | Path | None = None,
-               flip_rate: float | None = None, looks: int | None = None, policy: Policy | None = None) -> plans.Plan:
+               flip_rate: float | None = None, looks: int | None = None) -> plans.Plan:
     """``gatekeeper plan``: the suite's resolution from its stored baseline (``compare/plan.py``).
     The harmless spread is measured on a second run of the same items: ``against`` (a run folder
     or baseline file), else the anchor, else the newest earlier baseline in history/."""
@@ -662,9 +662,17 @@ def plan_suite(suite_path: str | Path, *, baseline: str | Path | None = None, ag
         stored = store.load_baseline(base_path)
         check_run_matches_suite(stored, suite, what="baseline",
                                 fix=f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}")
+    return _plan(suite, stored, base_path, suite.policy, against=against, flip_rate=flip_rate, looks=looks)
+
+
+def _plan(suite: Suite, stored: RunResults, base_path: Path, policy: Policy, *, against: str | Path | None = None,
+          flip_rate: float | None = None, looks: int | None = None) -> plans.Plan:
+    """``plans.plan`` of a loaded baseline, the harmless spread measured on its second run
+    (``_second_run``): what ``gatekeeper plan`` and the dry run print."""
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
         other, name = _second_run(base_path, stored, suite, against)
-    return plans.plan(stored, policy or suite.policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
-                      looks=looks)
+    return plans.plan(stored, policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
+                      looks=looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS)
 
 
 def _second_run(base_path: Path, stored: RunResults, suite: Suite,

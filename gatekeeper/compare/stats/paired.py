@@ -26,7 +26,7 @@ MIN_CLUSTERS = 20
 @dataclass(frozen=True)
 class PendingTest:
     """A permutation test whose bootstrap interval is still to draw: ``plan_test`` makes it and
-    ``finish_all`` completes many at once, their bootstraps sharing draws (``bootstrap_draws``)."""
+    ``pending_draws`` draws many at once, their bootstraps sharing draws (``bootstrap_draws``)."""
 
     units: Units
     seed_seq: np.random.SeedSequence

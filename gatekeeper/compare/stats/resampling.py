@@ -234,12 +234,6 @@ def tolerance(t_star: np.ndarray, level: float) -> float:
     return 1e-7 * spread + 1e-12 * level
 
 
-def bootstrap(units: Units, confidence: float, n_resamples: int,
-              seed_seq: np.random.SeedSequence) -> BootstrapResult:
-    """Paired percentile bootstrap of score(cand) - score(base), resampling whole units."""
-    return percentile_interval(bootstrap_draws([units], n_resamples, [seed_seq])[0], confidence, "e.g. zero counts")
-
-
 def bootstrap_draws(units: list[Units], n_resamples: int,
                     seeds: list[np.random.SeedSequence]) -> list[np.ndarray]:
     """The bootstrap replicates of score(cand) - score(base) of each set of units (whole units
@@ -248,22 +242,21 @@ def bootstrap_draws(units: list[Units], n_resamples: int,
     for all of them (a suite's 18 ratio metrics at 1M items: one draw instead of 18, as the
     count cache gives at smaller sizes)."""
     out: list[np.ndarray] = [np.empty(0)] * len(units)
-    shared: dict[tuple, list[tuple[int, np.ndarray, Callable[[np.ndarray], np.ndarray]]]] = {}
-    first_seed: dict[tuple, np.random.SeedSequence] = {}
+    # (units, seed) -> the tests that draw alike: (index, columns to sum, the change given the sums, seed)
+    shared: dict[tuple, list[tuple[int, np.ndarray, Callable[[np.ndarray], np.ndarray], np.random.SeedSequence]]] = {}
     for i, (u, seed) in enumerate(zip(units, seeds, strict=True)):
         x, finish = _summed(u)
         gather, rebuild = _plan_columns(x, u.m)
         few = few_distinct_rows(gather, u.m // 8) if gather.shape[1] and u.m > 64 else None
         if gather.shape[1] and few is None:
-            key = (u.m, _seed_key(seed))
-            first_seed.setdefault(key, seed)
-            shared.setdefault(key, []).append((i, gather, lambda s, f=finish, r=rebuild: f(r(s, n_resamples))))
+            job = (i, gather, lambda s, f=finish, r=rebuild: f(r(s, n_resamples)), seed)
+            shared.setdefault((u.m, _seed_key(seed)), []).append(job)
         else:
             out[i] = _resampled(few, u.m, lambda s, size, f=finish, r=rebuild: f(r(s, size)), n_resamples, seed)
-    for key, jobs in shared.items():
-        sums = _bootstrap_sums(np.hstack([g for _, g, _ in jobs]), n_resamples, first_seed[key])
+    for jobs in shared.values():
+        sums = _bootstrap_sums(np.hstack([job[1] for job in jobs]), n_resamples, jobs[0][3])
         start = 0
-        for i, gather, done in jobs:
+        for i, gather, done, _ in jobs:
             out[i] = done(sums[:, start : start + gather.shape[1]])
             start += gather.shape[1]
     return out
