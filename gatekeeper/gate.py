@@ -106,7 +106,8 @@ def run_gate(
         return GateResult(0, None, notice, run_dir, {"verdict": "pass", "notice": notice, "comparisons": []})
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         candidate = load_run(run_dir, cluster_keys=suite.cluster_keys())
-    outcome = compare_for_suite(stored, candidate, suite, policy, anchor=anchor)
+    outcome = compare_for_suite(stored, candidate, suite, policy, anchor=anchor,
+                                plan=_plan(suite, stored, baseline_path, policy or suite.policy))
     kept = _append_history(baseline_path, outcome, suite, commit, None, inside=baseline is None) if history else []
     return GateResult(outcome.exit_code, outcome, None, run_dir, report.to_json(outcome), kept)
 
@@ -226,9 +227,7 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
 def _resolution_preview(p: plans.Plan) -> list[str]:
     """Each gated row's smallest drop caught 4 times in 5, from ``plans.plan``: the figure
     ``gatekeeper plan`` prints for the same row, and whether the suite's margin resolves."""
-    source = (f"the harmless spread measured against {p.against}" if p.against else
-              "right/wrong flips assumed at 5%, other spreads need a second run")
-    lines = [f"resolution, as `gatekeeper plan` gives it ({source}):"]
+    lines = [f"resolution, as `gatekeeper plan` gives it ({plans.source(p)}):"]
     for r in p.rows:
         if r.resolves is None:
             said = r.note
@@ -449,7 +448,7 @@ def run_sequential_gate(
                                  items_check=items_checker(stored) if k == 1 else None)]
 
     try:
-        result = _sequential_looks(suite, looks, stored, anchor, policy, log, futility, evaluate)
+        result = _sequential_looks(suite, looks, stored, baseline_path, anchor, policy, log, futility, evaluate)
     finally:
         runner.release_models()
     if result.report_json["sequential"]["partial"]:
@@ -489,7 +488,7 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
                                 f"but the looks before it stop {','.join(sorted(done)) or 'no task'}; re-run it")
         return [p.folder for p in parts]
 
-    return _sequential_looks(suite, count, stored, anchor, policy or suite.policy, log, sequential.FUTILITY_BETA,
+    return _sequential_looks(suite, count, stored, baseline_path, anchor, policy or suite.policy, log, sequential.FUTILITY_BETA,
                              evaluate)
 
 
@@ -526,13 +525,14 @@ def _looks_in(folder: Path) -> list[Any]:
     return found
 
 
-def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunResults | None, policy: Policy,
-                      log: Callable[[str], Any], futility: float,
+def _sequential_looks(suite: Suite, looks: int, stored: RunResults, baseline_path: Path, anchor: RunResults | None,
+                      policy: Policy, log: Callable[[str], Any], futility: float,
                       evaluate: Callable[[int, frozenset[str]], list[Path]]) -> GateResult:
     """The looks, one after another: ``evaluate(k, done)`` gives look k's run folders (evaluated
     now, or found; [] when look k is not there yet), then the comparison decides."""
     t = sequential.fractions(looks)
     levels = sequential.look_levels(t, policy.alpha)
+    resolution = _plan(suite, stored, baseline_path, policy)  # the whole suite's, at every look
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
     done: frozenset[str] = frozenset()
@@ -560,7 +560,8 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, anchor: RunR
         look_policy = dataclasses.replace(policy, alpha=float(levels[k - 1]), exact_mcnemar=k < looks,
                                           look=(k, tuple(float(x) for x in t), policy.alpha), look_sizes=whole)
         outcome = compare_for_suite(subset.restrict(stored, docs), candidate, suite, look_policy,
-                                    anchor=subset.restrict(anchor, docs) if anchor is not None else None)
+                                    anchor=subset.restrict(anchor, docs) if anchor is not None else None,
+                                    plan=resolution)
         decision = sequential.decide(outcome, k, t, policy.alpha, futility)
         steps.append({"look": k, "level": decision.level, "decision": decision.decision,
                       "wall_seconds": float(manifest.get("wall_seconds") or 0.0),
@@ -662,17 +663,19 @@ def plan_suite(suite_path: str | Path, *, baseline: str | Path | None = None, ag
         stored = store.load_baseline(base_path)
         check_run_matches_suite(stored, suite, what="baseline",
                                 fix=f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}")
-    return _plan(suite, stored, base_path, suite.policy, against=against, flip_rate=flip_rate, looks=looks)
+    return _plan(suite, stored, base_path, suite.policy, against=against, flip_rate=flip_rate, looks=looks,
+                 simulate=True)
 
 
 def _plan(suite: Suite, stored: RunResults, base_path: Path, policy: Policy, *, against: str | Path | None = None,
-          flip_rate: float | None = None, looks: int | None = None) -> plans.Plan:
+          flip_rate: float | None = None, looks: int | None = None, simulate: bool = False) -> plans.Plan:
     """``plans.plan`` of a loaded baseline, the harmless spread measured on its second run
-    (``_second_run``): what ``gatekeeper plan`` and the dry run print."""
+    (``_second_run``): what ``gatekeeper plan`` prints (``simulate``: its sequential figures too),
+    and the resolution the dry run and every gate print."""
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         other, name = _second_run(base_path, stored, suite, against)
     return plans.plan(stored, policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
-                      looks=looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS)
+                      looks=looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS, simulate=simulate)
 
 
 def _second_run(base_path: Path, stored: RunResults, suite: Suite,
@@ -779,15 +782,18 @@ def compare_paths(
     check_repeats(base_runs, "--also-baseline")  # repeats pass the baseline-vs-candidate checks too
     check_repeats(cand_runs, "--also-candidate")
     base, cand = merge_repeats(base_runs), merge_repeats(cand_runs)
-    return compare_for_suite(base, cand, suite, policy, seed=seed, anchor=anchor)
+    # plan's figures are the stored baseline's (repeats of it are not what `gatekeeper plan` reads)
+    resolution = None if also_baseline or not base_path.is_file() else _plan(suite, base, base_path, policy or suite.policy)
+    return compare_for_suite(base, cand, suite, policy, seed=seed, anchor=anchor, plan=resolution)
 
 
 def compare_for_suite(
     baseline: RunResults, candidate: RunResults, suite: Suite, policy: Policy | None = None, *, seed: int = 0,
-    anchor: RunResults | None = None,
+    anchor: RunResults | None = None, plan: plans.Plan | None = None,
 ) -> Outcome:
     """Both runs belong to ``suite``, its names match the candidate, compare (with the anchor
-    too, unless it holds the baseline's own values), attach snippets."""
+    too, unless it holds the baseline's own values), attach snippets. ``plan``: the stored
+    baseline's plan, whose figures the gate's MDE and resolution warnings are (``plans.with_plan``)."""
     fix_base = f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}"
     check_run_matches_suite(baseline, suite, what="baseline", fix=fix_base)
     check_suite_hash(baseline, suite)  # the hash alone, for a baseline without other provenance
@@ -802,6 +808,8 @@ def compare_for_suite(
     names.check_suite(suite, names.from_run(candidate), what="the candidate",
                       policy=policy)
     outcome = compare_runs(baseline, candidate, policy or suite.policy, suite=suite.name, seed=seed, anchor=anchor)
+    if plan is not None:
+        outcome = plans.with_plan(outcome, plan)
     attach_snippets(outcome)
     return outcome
 

@@ -247,3 +247,37 @@ def test_a_variant_within_one_standard_error_of_a_margin_is_borderline_and_not_c
     data = mutants_json(plan)
     assert data["borderline"] == ["noise-3%"] and data["caught"] == 1 and data["counted"] == 2
     assert data["meets_bar"] is False and data["variants"][1]["counted"] is False
+
+
+@pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed (pip install -e '.[eval]')")
+def test_the_gate_reports_plan_s_figure_for_each_row_on_a_failing_gate_too(demo_gate, tmp_path: Path) -> None:
+    """Issue #41: one power figure. The MDE a gate reports for a row and its warning that the
+    margin does not resolve are `gatekeeper plan`'s (which the dry run prints too), whatever the
+    candidate: the regressed demo checkpoint flips more items than a harmless one, and its gate
+    read a larger MDE off that and said nothing of the row it failed."""
+    from gatekeeper.gate import compare_paths, plan_suite
+
+    rows = {(r.key.task, r.key.metric, r.key.filter): r for r in plan_suite(SUITE).rows}
+    gate = demo_gate("regressed")
+    assert gate.exit_code == 1
+    reported = {(c["task"], c["metric"], c["filter"]): c for c in gate.report["comparisons"] if c["gated"]}
+    known = [k for k, r in rows.items() if r.resolves is not None]
+    assert known and set(known) <= set(reported)
+    for key in known:
+        assert reported[key]["mde"] == pytest.approx(rows[key].mde, rel=1e-12), key
+    caps = rows["demo_capitals_mc", "acc", "none"]
+    assert caps.resolves is False and reported["demo_capitals_mc", "acc", "none"]["verdict"] == "regressed"
+    unresolved = [r for r in rows.values() if r.resolves is False]
+    said = [w for w in gate.report["warnings"] if "cannot resolve their margin" in w]
+    assert len(said) == 1 and said[0].startswith(f"{len(unresolved)} gated rows cannot resolve"), gate.report["warnings"]
+    assert "`gatekeeper plan`'s figures, flips assumed at 5%" in said[0] and said[0] in gate.stdout
+    assert (f"demo_capitals_mc acc: margin 0.02, MDE {caps.mde:.3g}, smallest margin about "
+            f"{caps.smallest_margin:.3g}") in said[0]
+    assert not [w for w in gate.report["warnings"] if "below what" in w]  # the pair's own figure is not said too
+    # A harmless candidate's gate gives the same figures: they are the suite's, not the pair's.
+    suite = load_suite(SUITE)
+    harmless = compare_paths(None, demo_gate("harmless").run_dir, suite)
+    for c in harmless.comparisons:
+        if (c.key.task, c.key.metric, c.key.filter) in known:
+            assert c.mde == pytest.approx(rows[c.key.task, c.key.metric, c.key.filter].mde, rel=1e-12), c.key
+    assert said[0] in harmless.warnings

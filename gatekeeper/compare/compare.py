@@ -202,8 +202,9 @@ def compare_runs(
     no_power, weak = margins.after_tests(baseline, whole_tested, whole, whole_alpha, policy, ranges)
     if no_power:
         raise GateError(margins.refusal(no_power))
-    for c, a in zip(whole, whole_alpha, strict=True):
-        warnings.extend(resolution_warnings(c, a, policy.test))
+    resolution = {c.key: lines for c, a in zip(whole, whole_alpha, strict=True)
+                  if (lines := resolution_warnings(c, a, policy.test))}
+    warnings.extend(line for lines in resolution.values() for line in lines)
     comparisons = [replace(c, mde=w.mde) for c, w in zip(comparisons, whole, strict=True)]
     warnings.extend(moot + weak)
     notes_rounding = [
@@ -237,6 +238,7 @@ def compare_runs(
         anchor_comparisons=anchor_comparisons,
         drifted=drifted,
         design=family_design.describe(shares, correction, len(gated_idx)),
+        resolution=resolution,
     )
 
 

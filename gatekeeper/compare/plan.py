@@ -32,7 +32,7 @@ from scipy.special import ndtri
 
 from gatekeeper.compare import family, sequential
 from gatekeeper.compare.compare import compare_runs
-from gatekeeper.compare.outcome import Comparison
+from gatekeeper.compare.outcome import REGRESSED, Comparison, Outcome
 from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
 from gatekeeper.compare.verdict import mde as rule_mde
 from gatekeeper.model import RunResults, SeriesKey
@@ -81,10 +81,12 @@ class Plan:
 
 def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResults | None = None,
          against_name: str | None = None, flip_rate: float | None = None,
-         looks: int = sequential.DEFAULT_LOOKS, seed: int = 0) -> Plan:
+         looks: int = sequential.DEFAULT_LOOKS, seed: int = 0, simulate: bool = True) -> Plan:
     """The plan of ``baseline``'s gated metrics under ``policy`` (see the module docstring).
     ``flip_rate`` overrides the measured or assumed flip share of right/wrong items. Every group
-    with an aggregate is a row too, over all its subtasks' items (``results/groups.py``)."""
+    with an aggregate is a row too, over all its subtasks' items (``results/groups.py``).
+    ``simulate=False``: no sequential figures and no items needed (NaN), only the resolution (what
+    a gate and the dry run print; the looks' boundaries cost about 0.2 s per distinct level)."""
     metrics, _ = groups.group_metrics(baseline)
     group_keys = {gm.key for gm in metrics}
 
@@ -102,7 +104,7 @@ def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResult
         levels = [policy.alpha / max(1, len(gated)) if policy.correction != "none" else policy.alpha] * len(gated)
     paired, problem = _paired(pooled, _with_groups(against, metrics), policy, gated) if against is not None else ({}, "")
     rng = np.random.default_rng(seed)
-    rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks, rng,
+    rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks if simulate else 0, rng,
                          _leaf_sizes(baseline, leaves.get(k), k)), group=k in group_keys)
             for k, level in zip(gated, levels, strict=True)]
     return Plan(suite, rows, looks, policy.alpha, against_name if against is not None else None,
@@ -205,14 +207,17 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
     def mde_at(size: float) -> float:
         return mde_of(size, margin)
 
-    smallest = smallest_margin(lambda m: mde_of(n, m))
     mde = mde_at(n)
-    needed = _items_for(mde_at, 2 * margin, n) * (s.n / n) if margin > 0 else math.nan  # in real items
-    share, _ = _sequential_sim(se_full, n, margin, 0.0, looks, level, rng)
-    # A true drop d of right/wrong items adds d flips per item: the spread at the MDE is wider.
-    se_mde = math.sqrt((rate + mde) / n) if binary and math.isfinite(mde) else se_full
-    power = _sequential_sim(se_mde, n, margin, mde, looks, level, rng)[1] if math.isfinite(mde) else math.nan
     resolves = math.isfinite(mde) and (margin <= 0 or mde <= 2 * margin)
+    # the smallest margin is said where a row does not resolve (and in plan's own table)
+    smallest = smallest_margin(lambda m: mde_of(n, m)) if looks or not resolves else math.nan
+    needed = _items_for(mde_at, 2 * margin, n) * (s.n / n) if margin > 0 and looks else math.nan  # in real items
+    share, power = math.nan, math.nan
+    if looks:  # 0: no sequential figures asked for
+        share, _ = _sequential_sim(se_full, n, margin, 0.0, looks, level, rng)
+        # A true drop d of right/wrong items adds d flips per item: the spread at the MDE is wider.
+        se_mde = math.sqrt((rate + mde) / n) if binary and math.isfinite(mde) else se_full
+        power = _sequential_sim(se_mde, n, margin, mde, looks, level, rng)[1] if math.isfinite(mde) else math.nan
     if not resolves:
         note = (f"the margin {margin:g} is below what {s.n} items resolve: a drop must reach {mde:.3g} "
                 f"to be caught 4 times in 5; the smallest margin {s.n:,} items can gate is about {smallest:.2g}")
@@ -231,7 +236,7 @@ def smallest_margin(mde_with: Callable[[float], float]) -> float:
         lo, hi = hi, hi * 2
         if hi > 1e6:
             return math.inf
-    while hi - lo > 1e-4 * hi:
+    while hi - lo > 1e-3 * hi:  # printed to 2 or 3 figures, and called "about
         mid = (lo + hi) / 2
         if mde_with(mid) <= 2 * mid:
             hi = mid
@@ -411,3 +416,43 @@ def items_to_catch(gated: list[Comparison], power: float = 0.8) -> str:
         return ""
     n, c = min(need, key=lambda x: x[0])
     return f"{c.key.task} {c.key.metric}: about {n:,} items (has {c.test.n:,})"
+
+
+def source(p: Plan) -> str:
+    """Where ``p``'s harmless spreads come from, in a few words."""
+    return (f"the harmless spread measured against {p.against}" if p.against else
+            "right/wrong flips assumed at 5%, other spreads need a second run")
+
+
+SHOWN_UNRESOLVED = 6  # rows named in the gate's one "does not resolve" warning; plan lists them all
+
+
+def with_plan(outcome: Outcome, p: Plan) -> Outcome:
+    """The gate's MDE and resolution warning from ``plan``'s model (issue #41): one figure per row
+    in the gate, ``gatekeeper plan`` and the dry run. The spread measured on the gated pair itself
+    depends on the candidate (a regressed one flips more items, so its MDE read larger), and a
+    failing gate said nothing; plan's figure is the suite's own, the same whatever is gated. The
+    rows whose margin it does not resolve are said in one warning, on a failing gate too. Rows
+    plan cannot know (a continuous metric with no second run) keep the pair's figure and warning."""
+    if outcome.policy.test != "superiority":
+        return outcome  # plan models the default rule; the others keep the gate's own figures
+    rows = {r.key: r for r in p.rows if r.resolves is not None}
+    said = {line for key, lines in outcome.resolution.items() if key in rows for line in lines}
+    comparisons = [replace(c, mde=rows[c.key].mde) if c.gated and c.key in rows else c for c in outcome.comparisons]
+    gated = {c.key for c in comparisons if c.gated}
+    unresolved = [r for r in p.rows if r.key in gated and r.resolves is False]
+    warnings = [w for w in outcome.warnings if w not in said]
+    if unresolved:
+        named = "; ".join(f"{r.key.task} {r.key.metric}{'' if r.key.filter == 'none' else f' ({r.key.filter})'}: "
+                          f"margin {r.margin:g}, MDE {r.mde:.3g}, smallest margin about {r.smallest_margin:.3g}"
+                          for r in unresolved[:SHOWN_UNRESOLVED])
+        more = len(unresolved) - SHOWN_UNRESOLVED
+        warnings.append(
+            f"{len(unresolved)} gated row{'s' if len(unresolved) > 1 else ''} cannot resolve {'their' if len(unresolved) > 1 else 'its'} "
+            f"margin (a drop of the MDE is caught 4 times in 5; `gatekeeper plan`'s figures, "
+            f"{'spread measured against ' + p.against if p.against else 'flips assumed at 5%'}): {named}"
+            + (f"; and {more} more (`gatekeeper plan` lists them)" if more > 0 else "")
+            + "; add items or widen the margins")
+    regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
+    return replace(outcome, comparisons=comparisons, regressions=regressions, warnings=warnings,
+                   resolution={k: v for k, v in outcome.resolution.items() if k not in rows})
