@@ -2,7 +2,7 @@
 """Size of the test for continuous means at the small levels a multiplicity design uses, before
 and after (compare/stats/studentized.py).
 
-    python benchmarks/small_levels.py [--sims 4000] [--quick]   (about an hour on one core; --quick 5 min)
+    python benchmarks/small_levels.py [--sims 4000] [--quick] [--ratio]   (about an hour on one core; --quick 5 min)
 
 Harmless, skewed changes: each item's change is a lognormal draw minus its mean (most items a
 little worse, a few much better; mean 0), scaled to 0.05. That is the hard direction for a test
@@ -16,6 +16,12 @@ P(p_worse < level) at 0.05, 0.01, 0.005 and 0.001:
 Then a suite of ten such metrics under Holm at alpha 0.05 (its false-alarm rate), and the power
 of both on the same data against a real drop. Both tests use the gate's fixed seed and 10,000
 resamples, as a gate does; the Monte Carlo error of each rate is printed beside it.
+
+``--ratio``: the same for bits per byte, a ratio of sums over texts of 20 to 400 bytes whose
+log-likelihood per byte moves by such a change: before, the permutation swapping the two runs'
+values within texts (the test ratios had until now); after, the gate's test (the studentized
+test of the log-likelihoods' mean difference, mapped to the ratio), and the power of both at a
+drop of about three standard errors.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gatekeeper.compare.stats import adjust_pvalues, paired_test, resampling  # noqa: E402
+from gatekeeper.results.metrics import kind_named  # noqa: E402
 
 LEVELS = (0.05, 0.01, 0.005, 0.001)
 RESAMPLES = 10_000
@@ -85,6 +92,42 @@ def suite_rates(n: int, sigma: float, metrics: int, sims: int, seed: int, drop: 
     return float(fails[0] / sims), float(fails[1] / sims)
 
 
+def skewed_ratio_pair(rng: np.random.Generator, n: int, sigma: float,
+                      drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """[loglikelihood, bytes] of n texts, before and after a harmless skewed change: each text's
+    log-likelihood per byte moves by a lognormal draw minus its mean, scaled to 0.05 nats (most
+    texts a little worse, a few much better; mean 0), less ``drop`` nats per byte."""
+    count = rng.integers(20, 400, n).astype(np.float64)
+    base = -count * (0.6 + 0.3 * rng.random(n))
+    change = (rng.lognormal(0.0, sigma, n) - math.exp(sigma**2 / 2)) * SCALE - drop
+    return np.column_stack([base, count]), np.column_stack([base + count * change, count])
+
+
+def ratio_permutation_p(base: np.ndarray, cand: np.ndarray, aggregation: str = "bits_per_byte") -> float:
+    """p_worse of the test before: swapping the two runs' values within items, the ratio of sums
+    recomputed on each of 10,000 permutations (the gate's seed and +1 rule)."""
+    kind = kind_named("ratio")
+    xb, xc = kind.unit_stats(aggregation, base, cand)
+    units = resampling.Units(xb, xc, kind.score_fn(aggregation), mean_of_diff=False)
+    seed, _ = np.random.SeedSequence(0).spawn(2)
+    return resampling.permutation_test(units, False, RESAMPLES, seed).p_worse
+
+
+def ratio_gate_p(base: np.ndarray, cand: np.ndarray, aggregation: str = "bits_per_byte") -> float:
+    return paired_test("ratio", aggregation, base, cand, higher_is_better=False, n_resamples=RESAMPLES).p_worse
+
+
+def ratio_rates(n: int, sigma: float, sims: int, seed: int, drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after): P(p_worse < level) of bits per byte for each of LEVELS."""
+    rng = np.random.default_rng(seed)
+    before, after = np.zeros(len(LEVELS)), np.zeros(len(LEVELS))
+    for _ in range(sims):
+        base, cand = skewed_ratio_pair(rng, n, sigma, drop)
+        before += ratio_permutation_p(base, cand) < np.array(LEVELS)
+        after += ratio_gate_p(base, cand) < np.array(LEVELS)
+    return before / sims, after / sims
+
+
 def _se(rate: float, sims: int) -> float:
     return math.sqrt(max(rate * (1 - rate), 1e-12) / sims)
 
@@ -94,7 +137,12 @@ def main() -> int:
     ap.add_argument("--sims", type=int, default=4000,
                     help="simulations at 500 items x 3 (README: 20,000 / 12,000 / 3,000 at 100 / 500 / 2,000)")
     ap.add_argument("--quick", action="store_true", help="n = 100 and 500 only, a tenth of the sims")
+    ap.add_argument("--ratio", action="store_true",
+                    help="bits per byte instead (a ratio of sums): the sign-swap permutation before, the "
+                         "studentized test of the log-likelihoods after")
     args = ap.parse_args()
+    if args.ratio:
+        return _ratio_main(args.sims // 10 if args.quick else args.sims, args.quick)
     base = args.sims // 10 if args.quick else args.sims
     cells = [(100, base * 5), (500, base * 3)] + ([] if args.quick else [(2000, base * 3 // 4)])
     print(f"P(p < level) on harmless skewed changes (levels {', '.join(map(str, LEVELS))}): before | after")
@@ -114,6 +162,26 @@ def main() -> int:
     before, after = suite_rates(500, 0.75, 1, suites // 2, seed=6, drop=drop, alpha=0.005)
     print(f"power, one metric, n 500, a {drop} drop at level 0.005 ({suites // 2} sims): "
           f"before {before:.3f}, after {after:.3f}")
+    return 0
+
+
+def _ratio_main(base: int, quick: bool) -> int:
+    cells = [(100, base * 5), (500, base * 5)] + ([] if quick else [(2000, base * 5 // 4)])
+    print(f"bits per byte, P(p < level) on harmless skewed changes (levels {', '.join(map(str, LEVELS))}): "
+          "before | after")
+    for sigma in (1.0, 1.5):
+        for n, sims in cells:
+            t0 = time.perf_counter()
+            before, after = ratio_rates(n, sigma, sims, seed=int(100 * sigma) + n + 1)
+            err = " ".join(f"{_se(lv, sims):.4f}" for lv in LEVELS)
+            print(f"  lognormal sigma {sigma}, n {n:>4}, {sims} sims ({time.perf_counter() - t0:.0f} s): "
+                  f"{' '.join(f'{r:.4f}' for r in before)} | {' '.join(f'{r:.4f}' for r in after)}"
+                  f" | Monte Carlo error {err}", flush=True)
+    sims = max(200, base // 4)
+    drop = 0.015  # nats per byte: about three standard errors at 500 texts, sigma 1
+    before, after = ratio_rates(500, 1.0, sims, seed=8, drop=drop)
+    print(f"power, n 500, sigma 1, a drop of {drop} nats per byte ({sims} sims): at 0.05 before {before[0]:.3f}, "
+          f"after {after[0]:.3f}; at 0.005 before {before[2]:.3f}, after {after[2]:.3f}")
     return 0
 
 

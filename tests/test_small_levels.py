@@ -74,3 +74,43 @@ def test_power_on_the_same_data_is_kept() -> None:
     before, after = caught / sims
     print(f"power at level 0.005: plain bootstrap-t {before:.3f}, the gate's test {after:.3f}")
     assert after >= before - 0.08 and after >= 0.4
+
+
+def test_a_ratio_of_sums_keeps_its_level_where_the_permutation_did_not() -> None:
+    """Bits per byte over 500 texts whose log-likelihood per byte moves by a harmless lognormal
+    change (sigma 0.75, mean 0). The sign-swap permutation of the ratio the gate used before
+    assumes the two runs' values exchangeable, and a skewed change is not: it rejected far above
+    each level. The studentized test of the log-likelihoods (the means' test, mapped to the
+    ratio) keeps 0.05 and 0.01 within Monte Carlo error. benchmarks/small_levels.py --ratio
+    runs heavier tails and 100 to 2,000 texts."""
+    sims, levels = 1500, np.array(small_levels.LEVELS)
+    before, after = small_levels.ratio_rates(500, 0.75, sims, seed=3701)
+    print(f"P(p < {levels}): permutation {before}, the gate's test {after}")
+    for level, b, a in zip(levels[:2], before[:2], after[:2], strict=True):
+        assert a <= level + _allowance(level, sims), (level, a, b)
+        assert b > level + _allowance(level, sims), (level, a, b)  # the leak this closes
+
+
+def test_a_ratio_is_tested_as_its_log_likelihoods_mean_and_shares_one_bootstrap() -> None:
+    """Perplexity and bits per byte of the same texts are monotone in the summed log-likelihood
+    (the counts are the texts'): one p-value for all three, the interval mapped through each
+    aggregate, 0 at no change; counts that differ between the runs keep the permutation."""
+    rng = np.random.default_rng(41)
+    base, cand = small_levels.skewed_ratio_pair(rng, 300, 0.75, drop=0.01)
+    tests = {agg: paired_test("ratio", agg, base, cand, higher_is_better=False)
+             for agg in ("weighted_perplexity", "bits_per_byte", "perplexity")}
+    assert {t.test for t in tests.values()} == {"ratio-bootstrap-t"}
+    assert tests["weighted_perplexity"].p_worse == tests["bits_per_byte"].p_worse < 0.05
+    for agg, t in tests.items():
+        assert t.ci_low < t.delta < t.ci_high and t.delta > 0, agg  # worse: perplexity and bits up
+        lo, hi = t.interval_at(0.999)
+        assert lo < t.ci_low and hi > t.ci_high
+    bpb = tests["bits_per_byte"]
+    scale = -1 / (base[:, 1].sum() * math.log(2))  # bits per byte moves linearly with the summed change
+    d = cand[:, 0] - base[:, 0]
+    assert bpb.delta == pytest.approx(scale * d.sum(), rel=1e-9)
+    same = paired_test("ratio", "bits_per_byte", base, base, higher_is_better=False)
+    assert same.identical and same.p_worse == 1.0
+    other = cand.copy()
+    other[0, 1] += 1  # another count for one text: not the same texts
+    assert paired_test("ratio", "bits_per_byte", base, other, higher_is_better=False).test == "ratio-permutation"

@@ -507,15 +507,17 @@ def test_a_suites_bootstraps_drawn_together_equal_each_drawn_alone(monkeypatch, 
     if not keep_counts:  # the 1M-item case: counts too big to keep for the next metric
         monkeypatch.setattr(resampling, "COUNTS_CACHE_BYTES", 0)
     rng = np.random.default_rng(7)
-    cases = [("ratio", agg, *_ratio_pair(rng, m, shift)) for m, shift in ((300, 0.0), (300, -0.3), (300, 0.2), (451, 0.0))
-             for agg in ("weighted_perplexity", "bits_per_byte")]
-    few = rng.integers(0, 3, (300, 1)).astype(np.float64)  # few distinct rows: multinomial draws
+    # ratios by passage (clusters of 3 items: tested by resampling clusters; unclustered ratios
+    # take the studentized test) and a ratio of few distinct rows (multinomial draws)
+    cases = [("ratio", agg, *_ratio_pair(rng, m, shift), np.arange(m) // 3)
+             for m, shift in ((300, 0.0), (300, -0.3), (300, 0.2), (451, 0.0)) for agg in ("weighted_perplexity", "bits_per_byte")]
+    few = rng.integers(0, 3, (300, 1)).astype(np.float64)
     cases.append(("ratio", "weighted_perplexity", np.column_stack([few[:, 0], np.ones(300)]),
-                  np.column_stack([few[::-1, 0], np.ones(300)])))
+                  np.column_stack([few[::-1, 0], np.ones(300)]), np.arange(300) // 3))
     kw = dict(higher_is_better=False, n_resamples=999, seed=3)
-    plans = [plan_test(kind, agg, b, c, **kw) for kind, agg, b, c in cases]
+    plans = [plan_test(kind, agg, b, c, clusters=g, **kw) for kind, agg, b, c, g in cases]
     together = [p.finish(d) for p, d in zip(plans, pending_draws(plans), strict=True)]
-    alone = [paired_test(kind, agg, b, c, **kw) for kind, agg, b, c in cases]
+    alone = [paired_test(kind, agg, b, c, clusters=g, **kw) for kind, agg, b, c, g in cases]
     for t, a in zip(together, alone, strict=True):
         assert (t.p_worse, t.p_better, t.n_resamples) == (a.p_worse, a.p_better, a.n_resamples)
         np.testing.assert_allclose(t.draws, a.draws, rtol=1e-8, atol=1e-12)  # summed in another order

@@ -175,7 +175,7 @@ def mde(test: PairedTest, margin: float, alpha: float, aggregation: str = "mean"
     if shifted:  # the bootstrap tests against the margin: its own spread is the test's
         test = replace(test, se_null=test.se)
     # A permutation's null spread grows with a shift (d^2 per unit); a bootstrap's does not.
-    shift_term = 0.0 if test.test == "bootstrap-t" else 1.0 / m
+    shift_term = 0.0 if test.test.endswith("bootstrap-t") else 1.0 / m
     # A perplexity is exp(mean loss): a drop d multiplies it by (ppl + d) / ppl, and its
     # spread with it (measured: the rule's power fell to 0.73 without this at d = 12% of ppl).
     level = abs(test.baseline) if aggregation in ("weighted_perplexity", "perplexity") else math.inf

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +11,7 @@ from gatekeeper.compare.stats.itemwise import item_bootstrap, item_permutation
 from gatekeeper.compare.stats.mcnemar import mcnemar
 from gatekeeper.compare.stats.resampling import (
     EXACT_MAX_UNITS,
+    BootstrapResult,
     PermutationResult,
     Units,
     bootstrap_draws,
@@ -76,7 +78,10 @@ def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.n
       Hall-transformed and calibrated by a fast double bootstrap (``studentized``), for the
       p-values and the interval; exact sign-flip permutation when at most 16 items differ (too
       few for a bootstrap).
-    - other kinds with sufficient statistics (ratio, corpus, confusion counts, ...):
+    - ratios over the same texts' counts (perplexities, bits per byte), unclustered: the same
+      calibrated bootstrap-t, of the log-likelihoods' mean difference, each draw mapped to the
+      ratio's change (``_studentized_sum``); exact permutation up to 16 differing items.
+    - other kinds with sufficient statistics (corpus, confusion counts, ...; ratios otherwise):
       permutation swapping the two runs' values within items, and paired bootstrap, both
       recomputing the aggregate from summed statistics.
     - kinds without (median, task-defined aggregations): the same, resampling items and
@@ -126,6 +131,10 @@ def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.n
     if units.mean_of_diff and np.count_nonzero(diff) > EXACT_MAX_UNITS:
         return _studentized(diff, b_score, c_score, n, higher_is_better, confidence, n_resamples, ss_boot,
                             tuple(warnings))
+    if (k.monotone_in_sum and labels is None and np.count_nonzero(diff) > EXACT_MAX_UNITS
+            and np.array_equal(xb[:, 1:], xc[:, 1:])):
+        return _studentized_sum(xb, diff, units.score, b_score, c_score, higher_is_better, confidence,
+                                n_resamples, ss_boot, f"{k.name}-bootstrap-t", tuple(warnings))
     perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
     exact = perm is not None and perm.exact
     test = "cluster-permutation" if labels is not None else k.test_name(exact)
@@ -151,6 +160,51 @@ def _studentized(diff: np.ndarray, b_score: float, c_score: float, n: int, hib: 
                       delta=c_score - b_score, ci_low=boot.ci_low, ci_high=boot.ci_high, confidence=confidence,
                       p_worse=(1 + worse) / (b + 1), p_better=(1 + better) / (b + 1), se=boot.se,
                       n_resamples=boot.n_resamples, warnings=warnings, se_null=boot.se, draws=boot.draws)
+
+
+_SHARED_T: dict[tuple, BootstrapResult] = {}
+SHARED_T_KEPT = 4
+
+
+def _shared_bootstrap_t(diff: np.ndarray, confidence: float, n_resamples: int,
+                        seed_seq: np.random.SeedSequence) -> BootstrapResult:
+    """``bootstrap_t``, its last few answers kept: a task's word and byte perplexities and bits
+    per byte test the same log-likelihood differences with the same seed (one double bootstrap
+    for the three)."""
+    d = np.ascontiguousarray(diff, dtype=np.float64)
+    key = (hashlib.blake2b(d.tobytes(), digest_size=16).digest(), d.size, confidence, n_resamples,
+           seed_seq.entropy, seed_seq.spawn_key)
+    if key not in _SHARED_T:
+        while len(_SHARED_T) >= SHARED_T_KEPT:
+            _SHARED_T.pop(next(iter(_SHARED_T)))
+        _SHARED_T[key] = bootstrap_t(d, confidence, n_resamples, seed_seq)
+    return _SHARED_T[key]
+
+
+def _studentized_sum(xb: np.ndarray, diff: np.ndarray, score, b_score: float, c_score: float, hib: bool,
+                     confidence: float, n_resamples: int, seed_seq: np.random.SeedSequence, test: str,
+                     warnings: tuple[str, ...]) -> PairedTest:
+    """The studentized test for a score that is monotone in column 0's sum, the other columns
+    being the same on both sides (perplexities and bits per byte over the same texts): the
+    calibrated bootstrap-t of column 0's mean difference (``bootstrap_t``), each draw mapped
+    to the score's change at the baseline's sums. The map is monotone, so p-values are the mean
+    test's, and the interval and every margin read off the same draws. The sign-swap
+    permutation of the ratio it replaces assumes the two runs' values exchangeable: on skewed
+    harmless changes of 100 items it rejected at 0.021 where the level was 0.001."""
+    boot = _shared_bootstrap_t(diff, confidence, n_resamples, seed_seq)
+    total = xb.sum(axis=0)
+    sums = np.repeat(total[None, :], boot.draws.size, axis=0)
+    sums[:, 0] += diff.size * boot.draws
+    deltas = score(sums) - score(total[None, :])[0]  # 0 exactly where the draw is 0
+    result = percentile_interval(deltas, confidence, "no spread")
+    draws = deltas[np.isfinite(deltas)]
+    up, down = np.count_nonzero(draws >= 0), np.count_nonzero(draws <= 0)
+    worse, better = (up, down) if hib else (down, up)
+    b = draws.size
+    return PairedTest(test=test, n=int(diff.size), n_clusters=None, baseline=b_score, candidate=c_score,
+                      delta=c_score - b_score, ci_low=result.ci_low, ci_high=result.ci_high, confidence=confidence,
+                      p_worse=(1 + worse) / (b + 1), p_better=(1 + better) / (b + 1), se=result.se,
+                      n_resamples=result.n_resamples, warnings=warnings, se_null=result.se, draws=deltas)
 
 
 def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float,
