@@ -89,6 +89,7 @@ END_TO_END = frozenset({
     "test_bundled_tasks_record_regate_unchanged_and_gate_the_regressed_model",
     "test_the_request_cache_never_unpickles_and_never_answers_for_another_model",
     "test_the_harmless_checkpoint_passes_early_and_its_items_are_the_whole_runs",
+    "test_the_mmlu_group_gates_with_one_power_figure_and_a_short_log",
     # a hub dataset's head moves: record, gate online and offline, dry run, re-record on new data,
     # a rewritten history; six gatekeeper processes on one small suite
     "test_a_hub_dataset_that_moves_after_the_baseline_changes_nothing",
