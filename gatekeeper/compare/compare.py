@@ -202,11 +202,12 @@ def compare_runs(
     no_power, weak = margins.after_tests(baseline, whole_tested, whole, whole_alpha, policy, ranges)
     if no_power:
         raise GateError(margins.refusal(no_power))
+    # each row's word on what its items resolve (``plan.with_plan`` says plan's instead)
     resolution = {c.key: lines for c, a in zip(whole, whole_alpha, strict=True)
-                  if (lines := resolution_warnings(c, a, policy.test))}
+                  if (lines := resolution_warnings(c, a, policy.test) + ([weak[c.key]] if c.key in weak else []))}
     warnings.extend(line for lines in resolution.values() for line in lines)
     comparisons = [replace(c, mde=w.mde) for c, w in zip(comparisons, whole, strict=True)]
-    warnings.extend(moot + weak)
+    warnings.extend(moot)
     notes_rounding = [
         f"{c.key}: {c.rounded} of {c.test.n} items differed only by rounding "
         f"(<= {policy.rounding:g} relative) and count as unchanged"

@@ -50,11 +50,11 @@ def refusal(problems: list[str]) -> str:
 
 def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Comparison],
                 per_alpha: list[float], policy: Policy,
-                groups: dict[SeriesKey, MetricSeries] | None = None) -> tuple[list[str], list[str]]:
-    """(errors, warnings) from each gated comparison's MDE: infinite because of the margin (an
-    error), infinite because there are too few items, or above half the metric's range."""
+                groups: dict[SeriesKey, MetricSeries] | None = None) -> tuple[list[str], dict[SeriesKey, str]]:
+    """(errors, warnings by row) from each gated comparison's MDE: infinite because of the margin
+    (an error), infinite because there are too few items, or above half the metric's range."""
     errors: list[str] = []
-    warnings: list[str] = []
+    warnings: dict[SeriesKey, str] = {}
     series = {**baseline.series, **(groups or {})}
     for t, c, alpha in zip(tested, comparisons, per_alpha, strict=True):
         if not c.gated or c.margin <= 0 or math.isnan(c.mde) or policy.test == "non-inferiority":
@@ -75,18 +75,18 @@ def after_tests(baseline: RunResults, tested: list[Tested], comparisons: list[Co
             elif shown:
                 continue
             elif math.isfinite(without):
-                warnings.append(f"{c.key}: margin {c.margin:g} leaves no drop {c.test.n} items can show with "
-                                f"80% power (the approximate MDE is infinite; {without:.3g} at margin 0): "
-                                "the gate fails only on a collapse; check the margin's units or add items")
+                warnings[c.key] = (f"{c.key}: margin {c.margin:g} leaves no drop {c.test.n} items can show with "
+                                   f"80% power (the approximate MDE is infinite; {without:.3g} at margin 0): "
+                                   "the gate fails only on a collapse; check the margin's units or add items")
             else:
-                warnings.append(f"{c.key}: {c.test.n} items cannot show any drop with 80% power (MDE "
-                                "infinite): the gate fails only on a collapse; add items")
+                warnings[c.key] = (f"{c.key}: {c.test.n} items cannot show any drop with 80% power (MDE "
+                                   "infinite): the gate fails only on a collapse; add items")
             continue
         bounds = _bounds(series[c.key])
         if not shown and bounds and math.isfinite(bounds[1] - bounds[0]) and c.mde > (bounds[1] - bounds[0]) / 2:
-            warnings.append(f"{c.key}: the smallest drop this rule detects with 80% power is {c.mde:.3g}, "
-                            f"over half of {c.key.metric}'s range [{bounds[0]:g}, {bounds[1]:g}]: "
-                            "only a collapse fails; check the margin's units or add items")
+            warnings[c.key] = (f"{c.key}: the smallest drop this rule detects with 80% power is {c.mde:.3g}, "
+                               f"over half of {c.key.metric}'s range [{bounds[0]:g}, {bounds[1]:g}]: "
+                               "only a collapse fails; check the margin's units or add items")
     return errors, warnings
 
 

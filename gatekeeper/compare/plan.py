@@ -236,7 +236,7 @@ def smallest_margin(mde_with: Callable[[float], float]) -> float:
         lo, hi = hi, hi * 2
         if hi > 1e6:
             return math.inf
-    while hi - lo > 1e-3 * hi:  # printed to 2 or 3 figures, and called "about
+    while hi - lo > 1e-3 * hi:  # printed to 2 or 3 figures, and called "about" that
         mid = (lo + hi) / 2
         if mde_with(mid) <= 2 * mid:
             hi = mid
@@ -427,6 +427,23 @@ def source(p: Plan) -> str:
 SHOWN_UNRESOLVED = 6  # rows named in the gate's one "does not resolve" warning; plan lists them all
 
 
+def _unresolved(rows: list[PlanRow], p: Plan) -> str:
+    """The gate's one warning naming the gated rows whose margin their items do not resolve."""
+    def named(r: PlanRow) -> str:
+        where = "" if r.key.filter == "none" else f" ({r.key.filter})"
+        return (f"{r.key.task} {r.key.metric}{where}: margin {r.margin:g}, MDE {r.mde:.3g}, "
+                f"smallest margin about {r.smallest_margin:.3g}")
+
+    many = len(rows) > 1
+    spread = f"spread measured against {p.against}" if p.against else "flips assumed at 5%"
+    more = len(rows) - SHOWN_UNRESOLVED
+    return (f"{len(rows)} gated row{'s' if many else ''} cannot resolve {'their' if many else 'its'} margin (a drop "
+            f"of the MDE is caught 4 times in 5; `gatekeeper plan`'s figures, {spread}): "
+            + "; ".join(named(r) for r in rows[:SHOWN_UNRESOLVED])
+            + (f"; and {more} more (`gatekeeper plan` lists them)" if more > 0 else "")
+            + "; add items or widen the margins")
+
+
 def with_plan(outcome: Outcome, p: Plan) -> Outcome:
     """The gate's MDE and resolution warning from ``plan``'s model (issue #41): one figure per row
     in the gate, ``gatekeeper plan`` and the dry run. The spread measured on the gated pair itself
@@ -443,16 +460,7 @@ def with_plan(outcome: Outcome, p: Plan) -> Outcome:
     unresolved = [r for r in p.rows if r.key in gated and r.resolves is False]
     warnings = [w for w in outcome.warnings if w not in said]
     if unresolved:
-        named = "; ".join(f"{r.key.task} {r.key.metric}{'' if r.key.filter == 'none' else f' ({r.key.filter})'}: "
-                          f"margin {r.margin:g}, MDE {r.mde:.3g}, smallest margin about {r.smallest_margin:.3g}"
-                          for r in unresolved[:SHOWN_UNRESOLVED])
-        more = len(unresolved) - SHOWN_UNRESOLVED
-        warnings.append(
-            f"{len(unresolved)} gated row{'s' if len(unresolved) > 1 else ''} cannot resolve {'their' if len(unresolved) > 1 else 'its'} "
-            f"margin (a drop of the MDE is caught 4 times in 5; `gatekeeper plan`'s figures, "
-            f"{'spread measured against ' + p.against if p.against else 'flips assumed at 5%'}): {named}"
-            + (f"; and {more} more (`gatekeeper plan` lists them)" if more > 0 else "")
-            + "; add items or widen the margins")
+        warnings.append(_unresolved(unresolved, p))
     regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
     return replace(outcome, comparisons=comparisons, regressions=regressions, warnings=warnings,
                    resolution={k: v for k, v in outcome.resolution.items() if k not in rows})
