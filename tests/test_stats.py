@@ -531,3 +531,28 @@ def test_blocked_matmul_is_the_product(shape):
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 4, (rows, inner)).astype(np.float64), rng.normal(size=(inner, cols))
     np.testing.assert_allclose(resampling.matmul(a, b), a @ b, rtol=1e-10, atol=1e-9)
+
+
+def test_studentized_tests_drawn_together_equal_each_drawn_alone() -> None:
+    """Means and ratios over the same texts with as many items share one double bootstrap
+    (``bootstrap_t_many``: one pass over the draw counts, equal differences once); each comes
+    out as ``paired_test`` gives it alone. A different size draws on its own."""
+    from gatekeeper.compare.stats import PendingStudentized, pending_draws, plan_test
+
+    rng = np.random.default_rng(11)
+    cases = []
+    for m, shift in ((4000, 0.0), (4000, -0.4), (700, 0.3)):  # 4,000: counts too big to keep
+        base, cand = _ratio_pair(rng, m, shift)
+        cases += [("ratio", agg, base, cand, False) for agg in ("weighted_perplexity", "bits_per_byte")]
+        cases.append(("mean", "mean", base[:, 0] / base[:, 1], cand[:, 0] / cand[:, 1], True))
+    kw = dict(n_resamples=999, seed=5)
+    plans = [plan_test(kind, agg, b, c, higher_is_better=hib, **kw) for kind, agg, b, c, hib in cases]
+    assert all(isinstance(p, PendingStudentized) for p in plans)
+    together = [p.finish(d) for p, d in zip(plans, pending_draws(plans), strict=True)]
+    alone = [paired_test(kind, agg, b, c, higher_is_better=hib, **kw) for kind, agg, b, c, hib in cases]
+    for t, a in zip(together, alone, strict=True):
+        assert t.test == a.test and t.test in ("ratio-bootstrap-t", "bootstrap-t")
+        assert (t.p_worse, t.p_better) == pytest.approx((a.p_worse, a.p_better), abs=1.5 / 1000)
+        np.testing.assert_allclose(t.draws, a.draws, rtol=1e-7, atol=1e-12)
+    # a task's ratios test one difference: one p-value
+    assert together[0].p_worse == together[1].p_worse

@@ -14,11 +14,17 @@ from gatekeeper.compare.stats.multiplicity import (
     mde,
     mde_for_rule,
 )
-from gatekeeper.compare.stats.paired import PendingTest, paired_test, pending_draws, plan_test
+from gatekeeper.compare.stats.paired import (
+    PendingStudentized,
+    PendingTest,
+    paired_test,
+    pending_draws,
+    plan_test,
+)
 from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.compare.stats.rounding import aggregate_within_floor, snap_rounding, within_floor
 
 __all__ = [
-    "Graph", "PairedTest", "PendingTest", "adjust_pvalues", "graph_adjusted", "graph_levels", "aggregate", "aggregate_within_floor", "decision_levels", "mde", "mde_for_rule", "paired_test",
+    "Graph", "PairedTest", "PendingStudentized", "PendingTest", "adjust_pvalues", "graph_adjusted", "graph_levels", "aggregate", "aggregate_within_floor", "decision_levels", "mde", "mde_for_rule", "paired_test",
     "pending_draws", "plan_test", "snap_rounding", "within_floor",
 ]

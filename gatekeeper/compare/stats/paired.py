@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +17,10 @@ from gatekeeper.compare.stats.resampling import (
     bootstrap_draws,
     percentile_interval,
     permutation_test,
+    seed_key,
 )
 from gatekeeper.compare.stats.result import PairedTest
-from gatekeeper.compare.stats.studentized import bootstrap_t
+from gatekeeper.compare.stats.studentized import bootstrap_t_many
 from gatekeeper.results.metrics import MetricKind, kind_named
 
 MIN_CLUSTERS = 20
@@ -45,15 +46,48 @@ class PendingTest:
                           warnings=self.warnings, se_null=self.perm.se, draws=boot.draws)
 
 
-def pending_draws(plans: list[PairedTest | PendingTest]) -> list[np.ndarray | None]:
-    """Each pending plan's bootstrap replicates (None for a finished test), drawn together."""
+@dataclass(frozen=True)
+class PendingStudentized:
+    """A studentized test (``bootstrap_t``) still to draw: ``pending_draws`` draws the tests with
+    as many items and the same seed together (``bootstrap_t_many``), then ``finish`` maps the
+    result to the test (a mean's change, or a ratio's: ``_studentized_sum``)."""
+
+    diff: np.ndarray
+    seed_seq: np.random.SeedSequence
+    n_resamples: int
+    confidence: float
+    done: Callable[[BootstrapResult], PairedTest]
+
+    def finish(self, boot: BootstrapResult) -> PairedTest:
+        return self.done(boot)
+
+
+Plan = PairedTest | PendingTest | PendingStudentized
+
+
+def pending_draws(plans: list[Plan]) -> list[np.ndarray | BootstrapResult | None]:
+    """What each pending plan's ``finish`` takes (None for a finished test), drawn together: the
+    bootstrap replicates of a permutation test, the calibrated bootstrap of a studentized one."""
     pending = [p for p in plans if isinstance(p, PendingTest)]
-    n_resamples = {p.n_resamples for p in pending}
+    n_resamples = {p.n_resamples for p in plans if not isinstance(p, PairedTest)}
     if len(n_resamples) > 1:
         raise ValueError(f"plans with different resample counts: {sorted(n_resamples)}")
-    draws = iter(bootstrap_draws([p.units for p in pending], n_resamples.pop() if pending else 0,
+    draws = iter(bootstrap_draws([p.units for p in pending], pending[0].n_resamples if pending else 0,
                                  [p.seed_seq for p in pending]))
-    return [next(draws) if isinstance(p, PendingTest) else None for p in plans]
+    out: list[np.ndarray | BootstrapResult | None] = [next(draws) if isinstance(p, PendingTest) else None
+                                                       for p in plans]
+    alike: dict[tuple, list[int]] = {}  # resampled alike: as many items, the same seed (before it spawns)
+    for i, p in enumerate(plans):
+        if isinstance(p, PendingStudentized):
+            alike.setdefault((p.diff.shape[0], p.confidence, seed_key(p.seed_seq)), []).append(i)
+    for indices in alike.values():
+        first = plans[indices[0]]
+        assert isinstance(first, PendingStudentized)
+        boots = bootstrap_t_many([plans[i].diff for i in indices], first.confidence,  # type: ignore[union-attr]
+                                 first.n_resamples, first.seed_seq)
+        for i, boot in zip(indices, boots, strict=True):
+            out[i] = boot
+    return out
 
 
 def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
@@ -64,12 +98,12 @@ def paired_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np
                      confidence=confidence, n_resamples=n_resamples, seed=seed, exact=exact)
     if isinstance(plan, PairedTest):
         return plan
-    return plan.finish(bootstrap_draws([plan.units], n_resamples, [plan.seed_seq])[0])
+    return plan.finish(pending_draws([plan])[0])
 
 
 def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.ndarray, *,
               higher_is_better: bool, clusters: np.ndarray | None = None, confidence: float = 0.95,
-              n_resamples: int = 10_000, seed: int = 0, exact: bool = False) -> PairedTest | PendingTest:
+              n_resamples: int = 10_000, seed: int = 0, exact: bool = False) -> Plan:
     """Compare a candidate run with a baseline run on the same items (paired row by row).
 
     - kind "mean", 0/1 values, no clusters: McNemar mid-p + Newcombe interval (no resampling);
@@ -147,43 +181,18 @@ def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.n
 
 
 def _studentized(diff: np.ndarray, b_score: float, c_score: float, n: int, hib: bool, confidence: float,
-                 n_resamples: int, seed_seq: np.random.SeedSequence, warnings: tuple[str, ...]) -> PairedTest:
+                 n_resamples: int, seed_seq: np.random.SeedSequence, warnings: tuple[str, ...]) -> PendingStudentized:
     """Bootstrap-t for a mean of per-item differences: p-values read off the same draws as the
     interval (p < a exactly when the one-sided level-a bound excludes no change), with the +1
     correction (Phipson & Smyth 2010)."""
-    boot = bootstrap_t(diff, confidence, n_resamples, seed_seq)
-    draws = boot.draws[np.isfinite(boot.draws)]
-    up, down = np.count_nonzero(draws >= 0), np.count_nonzero(draws <= 0)
-    worse, better = (up, down) if hib else (down, up)
-    b = draws.size
-    return PairedTest(test="bootstrap-t", n=n, n_clusters=None, baseline=b_score, candidate=c_score,
-                      delta=c_score - b_score, ci_low=boot.ci_low, ci_high=boot.ci_high, confidence=confidence,
-                      p_worse=(1 + worse) / (b + 1), p_better=(1 + better) / (b + 1), se=boot.se,
-                      n_resamples=boot.n_resamples, warnings=warnings, se_null=boot.se, draws=boot.draws)
+    return PendingStudentized(diff, seed_seq, n_resamples, confidence, lambda boot: _from_draws(
+        boot, test="bootstrap-t", n=n, baseline=b_score, candidate=c_score, hib=hib, confidence=confidence,
+        warnings=warnings))
 
 
-_SHARED_T: dict[tuple, BootstrapResult] = {}
-SHARED_T_KEPT = 4
-
-
-def _shared_bootstrap_t(diff: np.ndarray, confidence: float, n_resamples: int,
-                        seed_seq: np.random.SeedSequence) -> BootstrapResult:
-    """``bootstrap_t``, its last few answers kept: a task's word and byte perplexities and bits
-    per byte test the same log-likelihood differences with the same seed (one double bootstrap
-    for the three)."""
-    d = np.ascontiguousarray(diff, dtype=np.float64)
-    key = (hashlib.blake2b(d.tobytes(), digest_size=16).digest(), d.size, confidence, n_resamples,
-           seed_seq.entropy, seed_seq.spawn_key)
-    if key not in _SHARED_T:
-        while len(_SHARED_T) >= SHARED_T_KEPT:
-            _SHARED_T.pop(next(iter(_SHARED_T)))
-        _SHARED_T[key] = bootstrap_t(d, confidence, n_resamples, seed_seq)
-    return _SHARED_T[key]
-
-
-def _studentized_sum(xb: np.ndarray, diff: np.ndarray, score, b_score: float, c_score: float, hib: bool,
-                     confidence: float, n_resamples: int, seed_seq: np.random.SeedSequence, test: str,
-                     warnings: tuple[str, ...]) -> PairedTest:
+def _studentized_sum(xb: np.ndarray, diff: np.ndarray, score: Callable[[np.ndarray], np.ndarray], b_score: float,
+                     c_score: float, hib: bool, confidence: float, n_resamples: int,
+                     seed_seq: np.random.SeedSequence, test: str, warnings: tuple[str, ...]) -> PendingStudentized:
     """The studentized test for a score that is monotone in column 0's sum, the other columns
     being the same on both sides (perplexities and bits per byte over the same texts): the
     calibrated bootstrap-t of column 0's mean difference (``bootstrap_t``), each draw mapped
@@ -191,20 +200,30 @@ def _studentized_sum(xb: np.ndarray, diff: np.ndarray, score, b_score: float, c_
     test's, and the interval and every margin read off the same draws. The sign-swap
     permutation of the ratio it replaces assumes the two runs' values exchangeable: on skewed
     harmless changes of 100 items it rejected at 0.021 where the level was 0.001."""
-    boot = _shared_bootstrap_t(diff, confidence, n_resamples, seed_seq)
     total = xb.sum(axis=0)
-    sums = np.repeat(total[None, :], boot.draws.size, axis=0)
-    sums[:, 0] += diff.size * boot.draws
-    deltas = score(sums) - score(total[None, :])[0]  # 0 exactly where the draw is 0
-    result = percentile_interval(deltas, confidence, "no spread")
-    draws = deltas[np.isfinite(deltas)]
+
+    def mapped(boot: BootstrapResult) -> PairedTest:
+        sums = np.repeat(total[None, :], boot.draws.size, axis=0)
+        sums[:, 0] += diff.size * boot.draws
+        deltas = score(sums) - score(total[None, :])[0]  # 0 exactly where the draw is 0
+        return _from_draws(percentile_interval(deltas, confidence, "no spread"), test=test, n=int(diff.size),
+                           baseline=b_score, candidate=c_score, hib=hib, confidence=confidence, warnings=warnings)
+
+    return PendingStudentized(diff, seed_seq, n_resamples, confidence, mapped)
+
+
+def _from_draws(boot: BootstrapResult, *, test: str, n: int, baseline: float, candidate: float, hib: bool,
+                confidence: float, warnings: tuple[str, ...]) -> PairedTest:
+    """The test read off draws of the change: p_worse is the share of draws on the worse side of
+    no change (with the +1 rule), the interval their percentiles."""
+    draws = boot.draws[np.isfinite(boot.draws)]
     up, down = np.count_nonzero(draws >= 0), np.count_nonzero(draws <= 0)
     worse, better = (up, down) if hib else (down, up)
     b = draws.size
-    return PairedTest(test=test, n=int(diff.size), n_clusters=None, baseline=b_score, candidate=c_score,
-                      delta=c_score - b_score, ci_low=result.ci_low, ci_high=result.ci_high, confidence=confidence,
-                      p_worse=(1 + worse) / (b + 1), p_better=(1 + better) / (b + 1), se=result.se,
-                      n_resamples=result.n_resamples, warnings=warnings, se_null=result.se, draws=deltas)
+    return PairedTest(test=test, n=n, n_clusters=None, baseline=baseline, candidate=candidate,
+                      delta=candidate - baseline, ci_low=boot.ci_low, ci_high=boot.ci_high, confidence=confidence,
+                      p_worse=(1 + worse) / (b + 1), p_better=(1 + better) / (b + 1), se=boot.se,
+                      n_resamples=boot.n_resamples, warnings=warnings, se_null=boot.se, draws=boot.draws)
 
 
 def _mcnemar_test(base: np.ndarray, cand: np.ndarray, higher_is_better: bool, confidence: float,

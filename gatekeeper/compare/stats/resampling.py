@@ -89,7 +89,7 @@ def map_chunks(fn: Callable[[int, np.random.Generator], np.ndarray], sizes: list
     return np.concatenate([fn(size, np.random.default_rng(s)) for size, s in zip(sizes, seeds, strict=True)])
 
 
-def _seed_key(seed_seq: np.random.SeedSequence) -> tuple:
+def seed_key(seed_seq: np.random.SeedSequence) -> tuple:
     """Identifies the chunk generators ``seed_seq.spawn`` is about to hand out."""
     return (repr(seed_seq.entropy), seed_seq.spawn_key, seed_seq.pool_size, seed_seq.n_children_spawned)
 
@@ -108,7 +108,7 @@ _SHIFTS: OrderedDict[tuple, np.ndarray] = OrderedDict()
 def _memo_shifts(key: tuple, fn: Callable[[int, np.random.Generator], np.ndarray], sizes: list[int],
                  seed_seq: np.random.SeedSequence) -> np.ndarray:
     """``map_chunks(fn, ...)``, remembered by ``key`` (which must identify fn's data)."""
-    key = key + (tuple(sizes), _seed_key(seed_seq))
+    key = key + (tuple(sizes), seed_key(seed_seq))
     hit = _SHIFTS.get(key)
     if hit is not None:
         seed_seq.spawn(len(sizes))  # advance the sequence exactly as a fresh draw would
@@ -250,7 +250,7 @@ def bootstrap_draws(units: list[Units], n_resamples: int,
         few = few_distinct_rows(gather, u.m // 8) if gather.shape[1] and u.m > 64 else None
         if gather.shape[1] and few is None:
             job = (i, gather, lambda s, f=finish, r=rebuild: f(r(s, n_resamples)), seed)
-            shared.setdefault((u.m, _seed_key(seed)), []).append(job)
+            shared.setdefault((u.m, seed_key(seed)), []).append(job)
         else:
             out[i] = _resampled(few, u.m, lambda s, size, f=finish, r=rebuild: f(r(s, size)), n_resamples, seed)
     for jobs in shared.values():
@@ -366,7 +366,7 @@ def count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence,
     """The bootstrap's draw counts (``_draw_counts``), chunk by chunk; kept for the next metric
     with the same m, resamples, seed and levels when they fit in ``COUNTS_CACHE_BYTES / 2``."""
     sizes = chunk_sizes(n_resamples, m * levels)
-    key = (m, levels, tuple(sizes), _seed_key(seed_seq))
+    key = (m, levels, tuple(sizes), seed_key(seed_seq))
     seeds = seed_seq.spawn(len(sizes))
     hit = _COUNTS.get(key)
     if hit is not None:

@@ -20,17 +20,17 @@ of draws of the change: every margin, level and interval reads off them as befor
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from gatekeeper.compare.stats.resampling import (
     BootstrapResult,
     chunk_sizes,
     count_chunks,
-    counts_kept,
     few_distinct_rows,
     matmul,
     percentile_interval,
-    uniform_indices,
 )
 
 A_TINY = 1e-9  # below this |a|, g(T) is T + b to within float precision
@@ -42,21 +42,59 @@ def bootstrap_t(diff: np.ndarray, confidence: float, n_resamples: int,
     and calibrated by a fast double bootstrap. ``draws`` are mean - g_obs^-1(V*) se, V* the
     calibrated statistics: a margin delta is rejected at level a exactly when the fraction of
     draws at or beyond delta is below a."""
-    d = np.asarray(diff, dtype=np.float64)
-    m = d.shape[0]
-    mean = float(d.mean())
-    c = d - mean  # centred: the sums of powers then carry no cancellation
-    if m < 2 or not c.any():  # every item changed by the same amount: no spread to resample
-        return percentile_interval(np.full(n_resamples, mean), confidence)
-    var = float(c @ c) / (m - 1)
-    se = np.sqrt(var / m)
-    floor = 1e-12 + 1e-9 * se  # a resample of one repeated value has no spread: t* is large, not inf
-    x = np.column_stack([c, c * c, c * c * c])
-    outer, inner = _two_levels(x, m, n_resamples, seed_seq)
+    return bootstrap_t_many([diff], confidence, n_resamples, seed_seq)[0]
+
+
+def bootstrap_t_many(diffs: list[np.ndarray], confidence: float, n_resamples: int,
+                     seed_seq: np.random.SeedSequence) -> list[BootstrapResult]:
+    """``bootstrap_t`` of several differences with as many items, resampled alike: their columns
+    are summed in one pass over each chunk of draw counts (a suite's ratio tasks at 1M items:
+    one draw instead of one per task), and equal differences (a task's three ratios) once. Each
+    comes out as ``bootstrap_t`` gives it alone (the same counts; sums to float rounding)."""
+    out: list[BootstrapResult | None] = [None] * len(diffs)
+    shared: dict[bytes, list[int]] = {}  # one job per distinct difference
+    jobs: list[tuple[float, float, float, np.ndarray]] = []  # (mean, se, floor, columns c, c^2, c^3)
+    for i, diff in enumerate(diffs):
+        d = np.ascontiguousarray(diff, dtype=np.float64)
+        m = d.shape[0]
+        mean = float(d.mean())
+        c = d - mean  # centred: the sums of powers then carry no cancellation
+        if m < 2 or not c.any():  # every item changed by the same amount: no spread to resample
+            out[i] = percentile_interval(np.full(n_resamples, mean), confidence)
+            continue
+        key = hashlib.blake2b(d.tobytes(), digest_size=16).digest()
+        if key not in shared:
+            se = float(np.sqrt(float(c @ c) / (m - 1) / m))
+            jobs.append((mean, se, 1e-12 + 1e-9 * se, np.column_stack([c, c * c, c * c * c])))
+            shared[key] = []
+        shared[key].append(i)
+    if not jobs:
+        return out  # type: ignore[return-value]
+    m = diffs[0].shape[0]
+    few = [few_distinct_rows(x, m // 8) if m > 64 else None for *_, x in jobs]
+    alike = [j for j, f in enumerate(few) if f is None]
+    levels: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if alike:  # one pass over the draw counts for every job that has many distinct rows
+        outer, inner = _two_levels(np.hstack([jobs[j][3] for j in alike]), m, n_resamples, seed_seq)
+        for k, j in enumerate(alike):
+            levels[j] = (outer[:, 3 * k : 3 * k + 3], inner[:, 3 * k : 3 * k + 3])
+    for j, f in enumerate(few):
+        if f is not None:
+            levels[j] = _few_levels(f, m, n_resamples, seed_seq)
+    results = [_calibrated(*jobs[j], *levels[j], m, n_resamples, confidence) for j in range(len(jobs))]
+    for result, indices in zip(results, shared.values(), strict=True):
+        for i in indices:
+            out[i] = result
+    return out  # type: ignore[return-value]
+
+
+def _calibrated(mean: float, se: float, floor: float, x: np.ndarray, outer: np.ndarray, inner: np.ndarray,
+                m: int, n_resamples: int, confidence: float) -> BootstrapResult:
+    """The calibrated draws of the change, from the two levels' sums of (c, c^2, c^3)."""
     first = _hall(outer, m, np.zeros(n_resamples), floor)
     second = _hall(inner, m, outer[:, 0] / m, floor)
     calibrated = np.sort(first)[_rank_of(np.sort(second), first)]
-    a_obs, b_obs = _coefficients(_skew(float(c @ c) / m, float(x[:, 2].sum()) / m), m)
+    a_obs, b_obs = _coefficients(_skew(float(x[:, 1].sum()) / m, float(x[:, 2].sum()) / m), m)
     return percentile_interval(mean - _g_inverse(calibrated, a_obs, b_obs) * se, confidence, "no spread")
 
 
@@ -98,29 +136,25 @@ def _g_inverse(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _two_levels(x: np.ndarray, m: int, n_resamples: int,
                 seed_seq: np.random.SeedSequence) -> tuple[np.ndarray, np.ndarray]:
     """Column sums of x over ``n_resamples`` bootstrap resamples of its rows, and over one
-    resample drawn from each of those (the second level)."""
-    few = few_distinct_rows(x, m // 8) if m > 64 else None
+    resample drawn from each of those (the second level): one matrix product per chunk of draw
+    counts (kept for the task's next metric with as many items when they fit:
+    ``resampling.count_chunks``)."""
     outer: list[np.ndarray] = []
     inner: list[np.ndarray] = []
-    if few is None and counts_kept(m, n_resamples, levels=2):
-        # kept for the task's next metric with as many items (resampling.count_chunks)
-        for pair in count_chunks(m, n_resamples, seed_seq, levels=2):
-            outer.append(matmul(pair[0].astype(np.float64), x))
-            inner.append(matmul(pair[1].astype(np.float64), x))
-        return np.concatenate(outer), np.concatenate(inner)
-    if few is None:  # too many items to keep counts: gather the values, each chunk in cache
-        column = np.ascontiguousarray(x[:, 0])
-        sizes = chunk_sizes(n_resamples, m)
-        for size, seed in zip(sizes, seed_seq.spawn(len(sizes)), strict=True):
-            rng = np.random.default_rng(seed)
-            values = column[uniform_indices(rng, size, m)]
-            offsets = (np.arange(size, dtype=np.int64) * m)[:, None]
-            outer.append(_power_sums(values))
-            inner.append(_power_sums(values.ravel()[uniform_indices(rng, size, m) + offsets]))
-        return np.concatenate(outer), np.concatenate(inner)
-    # Few distinct rows: a resample is how often each is drawn, Multinomial(m, shares), and the
-    # second level is Multinomial(m, the first level's counts / m): exact, and cheap.
+    for pair in count_chunks(m, n_resamples, seed_seq, levels=2):
+        outer.append(matmul(pair[0].astype(np.float64), x))
+        inner.append(matmul(pair[1].astype(np.float64), x))
+    return np.concatenate(outer), np.concatenate(inner)
+
+
+def _few_levels(few: tuple[np.ndarray, np.ndarray], m: int, n_resamples: int,
+                seed_seq: np.random.SeedSequence) -> tuple[np.ndarray, np.ndarray]:
+    """``_two_levels`` of rows that take few distinct values: a resample is how often each is
+    drawn, Multinomial(m, shares), and the second level is Multinomial(m, the first level's
+    counts / m): exact, and cheap."""
     uniq, counts = few
+    outer: list[np.ndarray] = []
+    inner: list[np.ndarray] = []
     sizes = chunk_sizes(n_resamples, uniq.shape[0])
     for size, seed in zip(sizes, seed_seq.spawn(len(sizes)), strict=True):
         rng = np.random.default_rng(seed)
@@ -128,9 +162,3 @@ def _two_levels(x: np.ndarray, m: int, n_resamples: int,
         outer.append(matmul(w.astype(np.float64), uniq))
         inner.append(matmul(rng.multinomial(m, w / m).astype(np.float64), uniq))
     return np.concatenate(outer), np.concatenate(inner)
-
-
-def _power_sums(values: np.ndarray) -> np.ndarray:
-    """(rows, 3): each row's sums of v, v^2 and v^3."""
-    squares = values * values
-    return np.column_stack([values.sum(axis=1), squares.sum(axis=1), (squares * values).sum(axis=1)])
