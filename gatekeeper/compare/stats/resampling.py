@@ -362,9 +362,10 @@ def counts_kept(m: int, n_resamples: int, levels: int = 1) -> bool:
 
 
 def count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence,
-                 levels: int = 1) -> Iterator[np.ndarray]:
+                 levels: int = 1, keep: bool = True) -> Iterator[np.ndarray]:
     """The bootstrap's draw counts (``_draw_counts``), chunk by chunk; kept for the next metric
-    with the same m, resamples, seed and levels when they fit in ``COUNTS_CACHE_BYTES / 2``."""
+    with the same m, resamples, seed and levels when they fit in ``COUNTS_CACHE_BYTES / 2``
+    (``keep=False``: never kept; the same counts either way)."""
     sizes = chunk_sizes(n_resamples, m * levels)
     key = (m, levels, tuple(sizes), seed_key(seed_seq))
     seeds = seed_seq.spawn(len(sizes))
@@ -373,7 +374,7 @@ def count_chunks(m: int, n_resamples: int, seed_seq: np.random.SeedSequence,
         _COUNTS.move_to_end(key)
         yield from hit
         return
-    if not counts_kept(m, n_resamples, levels):  # too big to keep: draw as we go
+    if not keep or not counts_kept(m, n_resamples, levels):  # too big to keep: draw as we go
         for size, seed in zip(sizes, seeds, strict=True):
             yield _draw_counts(m, size, seed, levels)
         return

@@ -33,6 +33,7 @@ from gatekeeper.compare.stats.resampling import (
     percentile_interval,
 )
 
+KEEP_COUNTS_BYTES = 16 << 20  # two levels of draw counts kept for the next call up to this size
 A_TINY = 1e-9  # below this |a|, g(T) is T + b to within float precision
 
 
@@ -137,11 +138,14 @@ def _two_levels(x: np.ndarray, m: int, n_resamples: int,
                 seed_seq: np.random.SeedSequence) -> tuple[np.ndarray, np.ndarray]:
     """Column sums of x over ``n_resamples`` bootstrap resamples of its rows, and over one
     resample drawn from each of those (the second level): one matrix product per chunk of draw
-    counts (kept for the task's next metric with as many items when they fit:
-    ``resampling.count_chunks``)."""
+    counts. Kept for the next call only when small (16 MB): a suite's tests that would reuse
+    them are drawn in this one pass (``bootstrap_t_many``), and keeping 33 MB of two levels
+    (1,667 items) cost 14 MiB of peak at 100k items; repeated small calls (a simulation, each
+    look of a sequential gate) still reuse them."""
     outer: list[np.ndarray] = []
     inner: list[np.ndarray] = []
-    for pair in count_chunks(m, n_resamples, seed_seq, levels=2):
+    keep = m * n_resamples * 2 <= KEEP_COUNTS_BYTES
+    for pair in count_chunks(m, n_resamples, seed_seq, levels=2, keep=keep):
         outer.append(matmul(pair[0].astype(np.float64), x))
         inner.append(matmul(pair[1].astype(np.float64), x))
     return np.concatenate(outer), np.concatenate(inner)
