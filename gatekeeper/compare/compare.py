@@ -203,9 +203,12 @@ def compare_runs(
     if no_power:
         raise GateError(margins.refusal(no_power))
     # each row's word on what its items resolve (``plan.with_plan`` says plan's instead)
-    resolution = {c.key: lines for c, a in zip(whole, whole_alpha, strict=True)
-                  if (lines := resolution_warnings(c, a, policy.test) + ([weak[c.key]] if c.key in weak else []))}
-    warnings.extend(line for lines in resolution.values() for line in lines)
+    resolution: dict[SeriesKey, list[str]] = {}
+    for c, a in zip(whole, whole_alpha, strict=True):
+        lines = resolution_warnings(c, a, policy.test) + ([weak[c.key]] if c.key in weak else [])
+        if lines:
+            resolution[c.key] = lines
+            warnings.extend(lines)
     comparisons = [replace(c, mde=w.mde) for c, w in zip(comparisons, whole, strict=True)]
     warnings.extend(moot)
     notes_rounding = [

@@ -76,16 +76,15 @@ def pending_draws(plans: list[Plan]) -> list[np.ndarray | BootstrapResult | None
                                  [p.seed_seq for p in pending]))
     out: list[np.ndarray | BootstrapResult | None] = [next(draws) if isinstance(p, PendingTest) else None
                                                        for p in plans]
-    alike: dict[tuple, list[int]] = {}  # resampled alike: as many items, the same seed (before it spawns)
+    # resampled alike: as many items, the same seed (keyed before the draws spawn from it)
+    alike: dict[tuple, list[tuple[int, PendingStudentized]]] = {}
     for i, p in enumerate(plans):
         if isinstance(p, PendingStudentized):
-            alike.setdefault((p.diff.shape[0], p.confidence, seed_key(p.seed_seq)), []).append(i)
-    for indices in alike.values():
-        first = plans[indices[0]]
-        assert isinstance(first, PendingStudentized)
-        boots = bootstrap_t_many([plans[i].diff for i in indices], first.confidence,  # type: ignore[union-attr]
-                                 first.n_resamples, first.seed_seq)
-        for i, boot in zip(indices, boots, strict=True):
+            alike.setdefault((p.diff.shape[0], p.confidence, seed_key(p.seed_seq)), []).append((i, p))
+    for group in alike.values():
+        first = group[0][1]
+        boots = bootstrap_t_many([p.diff for _, p in group], first.confidence, first.n_resamples, first.seed_seq)
+        for (i, _), boot in zip(group, boots, strict=True):
             out[i] = boot
     return out
 

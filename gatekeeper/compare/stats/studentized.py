@@ -21,6 +21,7 @@ of draws of the change: every margin, level and interval reads off them as befor
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,6 +47,17 @@ def bootstrap_t(diff: np.ndarray, confidence: float, n_resamples: int,
     return bootstrap_t_many([diff], confidence, n_resamples, seed_seq)[0]
 
 
+@dataclass
+class _Job:
+    """One distinct difference to resample: its mean and spread, its columns (c, c^2, c^3), and
+    the positions in ``bootstrap_t_many``'s input that share it."""
+
+    mean: float
+    se: float
+    x: np.ndarray
+    indices: list[int]
+
+
 def bootstrap_t_many(diffs: list[np.ndarray], confidence: float, n_resamples: int,
                      seed_seq: np.random.SeedSequence) -> list[BootstrapResult]:
     """``bootstrap_t`` of several differences with as many items, resampled alike: their columns
@@ -53,8 +65,7 @@ def bootstrap_t_many(diffs: list[np.ndarray], confidence: float, n_resamples: in
     one draw instead of one per task), and equal differences (a task's three ratios) once. Each
     comes out as ``bootstrap_t`` gives it alone (the same counts; sums to float rounding)."""
     out: list[BootstrapResult | None] = [None] * len(diffs)
-    shared: dict[bytes, list[int]] = {}  # one job per distinct difference
-    jobs: list[tuple[float, float, float, np.ndarray]] = []  # (mean, se, floor, columns c, c^2, c^3)
+    jobs: dict[bytes, _Job] = {}  # by the difference's digest
     for i, diff in enumerate(diffs):
         d = np.ascontiguousarray(diff, dtype=np.float64)
         m = d.shape[0]
@@ -64,39 +75,39 @@ def bootstrap_t_many(diffs: list[np.ndarray], confidence: float, n_resamples: in
             out[i] = percentile_interval(np.full(n_resamples, mean), confidence)
             continue
         key = hashlib.blake2b(d.tobytes(), digest_size=16).digest()
-        if key not in shared:
+        if key not in jobs:
             se = float(np.sqrt(float(c @ c) / (m - 1) / m))
-            jobs.append((mean, se, 1e-12 + 1e-9 * se, np.column_stack([c, c * c, c * c * c])))
-            shared[key] = []
-        shared[key].append(i)
+            jobs[key] = _Job(mean, se, np.column_stack([c, c * c, c * c * c]), [])
+        jobs[key].indices.append(i)
     if not jobs:
         return out  # type: ignore[return-value]
     m = diffs[0].shape[0]
-    few = [few_distinct_rows(x, m // 8) if m > 64 else None for *_, x in jobs]
-    alike = [j for j, f in enumerate(few) if f is None]
-    levels: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    few = {key: few_distinct_rows(job.x, m // 8) if m > 64 else None for key, job in jobs.items()}
+    alike = [key for key, f in few.items() if f is None]
+    levels: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
     if alike:  # one pass over the draw counts for every job that has many distinct rows
-        outer, inner = _two_levels(np.hstack([jobs[j][3] for j in alike]), m, n_resamples, seed_seq)
-        for k, j in enumerate(alike):
-            levels[j] = (outer[:, 3 * k : 3 * k + 3], inner[:, 3 * k : 3 * k + 3])
-    for j, f in enumerate(few):
+        outer, inner = _two_levels(np.hstack([jobs[key].x for key in alike]), m, n_resamples, seed_seq)
+        for k, key in enumerate(alike):
+            levels[key] = (outer[:, 3 * k : 3 * k + 3], inner[:, 3 * k : 3 * k + 3])
+    for key, f in few.items():
         if f is not None:
-            levels[j] = _few_levels(f, m, n_resamples, seed_seq)
-    results = [_calibrated(*jobs[j], *levels[j], m, n_resamples, confidence) for j in range(len(jobs))]
-    for result, indices in zip(results, shared.values(), strict=True):
-        for i in indices:
+            levels[key] = _few_levels(f, m, n_resamples, seed_seq)
+    for key, job in jobs.items():
+        result = _calibrated(job, *levels[key], m, n_resamples, confidence)
+        for i in job.indices:
             out[i] = result
     return out  # type: ignore[return-value]
 
 
-def _calibrated(mean: float, se: float, floor: float, x: np.ndarray, outer: np.ndarray, inner: np.ndarray,
-                m: int, n_resamples: int, confidence: float) -> BootstrapResult:
+def _calibrated(job: _Job, outer: np.ndarray, inner: np.ndarray, m: int, n_resamples: int,
+                confidence: float) -> BootstrapResult:
     """The calibrated draws of the change, from the two levels' sums of (c, c^2, c^3)."""
+    floor = 1e-12 + 1e-9 * job.se  # a resample of one repeated value has no spread: t* is large, not inf
     first = _hall(outer, m, np.zeros(n_resamples), floor)
     second = _hall(inner, m, outer[:, 0] / m, floor)
     calibrated = np.sort(first)[_rank_of(np.sort(second), first)]
-    a_obs, b_obs = _coefficients(_skew(float(x[:, 1].sum()) / m, float(x[:, 2].sum()) / m), m)
-    return percentile_interval(mean - _g_inverse(calibrated, a_obs, b_obs) * se, confidence, "no spread")
+    a_obs, b_obs = _coefficients(_skew(float(job.x[:, 1].sum()) / m, float(job.x[:, 2].sum()) / m), m)
+    return percentile_interval(job.mean - _g_inverse(calibrated, a_obs, b_obs) * job.se, confidence, "no spread")
 
 
 def _rank_of(sorted_second: np.ndarray, first: np.ndarray) -> np.ndarray:
