@@ -2,7 +2,8 @@
 """Size of the test for continuous means at the small levels a multiplicity design uses, before
 and after (compare/stats/studentized.py).
 
-    python benchmarks/small_levels.py [--sims 4000] [--quick] [--ratio]   (about an hour on one core; --quick 5 min)
+    python benchmarks/small_levels.py [--sims 4000] [--quick] [--ratio | --corpus bleu|chrf]
+    (about an hour on one core; --quick 5 min)
 
 Harmless, skewed changes: each item's change is a lognormal draw minus its mean (most items a
 little worse, a few much better; mean 0), scaled to 0.05. That is the hard direction for a test
@@ -22,6 +23,13 @@ log-likelihood per byte moves by such a change: before, the permutation swapping
 values within texts (the test ratios had until now); after, the gate's test (the studentized
 test of the log-likelihoods' mean difference, mapped to the ratio), and the power of both at a
 drop of about three standard errors.
+
+``--corpus bleu`` / ``--corpus chrf``: the same for a corpus score, on sacrebleu's per-sentence
+statistics (BLEU: lengths, matches and totals per n-gram order; chrF: hypothesis, reference and
+matched character n-grams per order) of sentences whose matches move by such a change, in
+proportion to their n-grams (the expected sums are unchanged, so the corpus score is): before,
+the permutation swapping the two runs' statistics within sentences; after, the gate's test (the
+calibrated bootstrap-t of the change's jackknife linearization, ``paired.jackknife_influence``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gatekeeper.compare.stats import adjust_pvalues, paired_test, resampling  # noqa: E402
+from gatekeeper.compare.stats import adjust_pvalues, paired, paired_test, resampling, studentized  # noqa: E402
+from gatekeeper.results import corpus  # noqa: E402
 from gatekeeper.results.metrics import kind_named  # noqa: E402
 
 LEVELS = (0.05, 0.01, 0.005, 0.001)
@@ -128,6 +137,65 @@ def ratio_rates(n: int, sigma: float, sims: int, seed: int, drop: float = 0.0) -
     return before / sims, after / sims
 
 
+def skewed_corpus_pair(rng: np.random.Generator, n: int, sigma: float, aggregation: str,
+                       drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """sacrebleu's sentence statistics of n sentences (``corpus.sentence_stats``' columns),
+    before and after a harmless skewed change: each sentence's matches move by SCALE of its
+    n-grams times a lognormal draw minus its mean (most sentences lose a few matches, a few gain
+    many; less for longer n-grams), less ``drop`` times SCALE. The expected summed statistics
+    are unchanged, and with them the corpus score."""
+    quality = rng.beta(4, 3, n)
+    change = skewed_change(rng, n, sigma) - drop * SCALE
+    if aggregation == "bleu":  # [sys_len, ref_len, correct1-4, total1-4]
+        length = 8 + rng.poisson(18, n)
+        total = np.column_stack([np.maximum(length - k, 0) for k in range(4)])
+        correct = rng.binomial(total, quality[:, None] ** np.arange(1, 5))
+        base = np.column_stack([length, length + rng.integers(-3, 4, n), correct, total]).astype(np.float64)
+        matched, room, weight = slice(2, 6), total, np.array([1.0, 0.8, 0.6, 0.4])
+    else:  # chrf: [hyp, ref, match] per character order 1 to 6
+        chars = 40 + rng.poisson(80, n)
+        hyp = np.column_stack([chars - k for k in range(6)])
+        ref = np.column_stack([chars + rng.integers(-10, 11, n) - k for k in range(6)])
+        room = np.minimum(hyp, ref)
+        match = rng.binomial(room, quality[:, None] ** (0.5 + 0.25 * np.arange(6)))
+        base = np.stack([hyp, ref, match], axis=2).reshape(n, 18).astype(np.float64)
+        matched, weight = slice(2, 18, 3), 1.0 - 0.1 * np.arange(6)
+    cand = base.copy()
+    cand[:, matched] += room * change[:, None] * weight
+    return base, cand
+
+
+def corpus_permutation_p(xb: np.ndarray, xc: np.ndarray, aggregation: str) -> float:
+    """p_worse of the test before: swapping the two runs' statistics within sentences, the score
+    recomputed on each of 10,000 permutations (the gate's seed and +1 rule)."""
+    units = resampling.Units(xb, xc, corpus.SCORE_FNS[aggregation], mean_of_diff=False)
+    seed, _ = np.random.SeedSequence(0).spawn(2)
+    return resampling.permutation_test(units, True, RESAMPLES, seed).p_worse
+
+
+def corpus_gate_p(xb: np.ndarray, xc: np.ndarray, aggregation: str) -> float:
+    """p_worse of the gate's test, as ``paired_test`` draws it from texts' statistics
+    (tests/test_small_levels.py checks that they agree)."""
+    score = corpus.SCORE_FNS[aggregation]
+    change = float(score(xc.sum(axis=0)[None, :])[0] - score(xb.sum(axis=0)[None, :])[0])
+    _, seed = np.random.SeedSequence(0).spawn(2)
+    draws = studentized.bootstrap_t(change + paired.jackknife_influence(xb, xc, score), 0.95, RESAMPLES,
+                                    seed).draws
+    return (1 + np.count_nonzero(draws >= 0)) / (draws.size + 1)  # higher is better: worse unless below 0
+
+
+def corpus_rates(n: int, sigma: float, aggregation: str, sims: int, seed: int,
+                 drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after): P(p_worse < level) of the corpus score for each of LEVELS."""
+    rng = np.random.default_rng(seed)
+    before, after = np.zeros(len(LEVELS)), np.zeros(len(LEVELS))
+    for _ in range(sims):
+        xb, xc = skewed_corpus_pair(rng, n, sigma, aggregation, drop)
+        before += corpus_permutation_p(xb, xc, aggregation) < np.array(LEVELS)
+        after += corpus_gate_p(xb, xc, aggregation) < np.array(LEVELS)
+    return before / sims, after / sims
+
+
 def _se(rate: float, sims: int) -> float:
     return math.sqrt(max(rate * (1 - rate), 1e-12) / sims)
 
@@ -140,7 +208,12 @@ def main() -> int:
     ap.add_argument("--ratio", action="store_true",
                     help="bits per byte instead (a ratio of sums): the sign-swap permutation before, the "
                          "studentized test of the log-likelihoods after")
+    ap.add_argument("--corpus", choices=("bleu", "chrf"),
+                    help="a corpus score instead: the sign-swap permutation before, the studentized test of "
+                         "its jackknife linearization after")
     args = ap.parse_args()
+    if args.corpus:
+        return _corpus_main(args.corpus, args.sims // 10 if args.quick else args.sims, args.quick)
     if args.ratio:
         return _ratio_main(args.sims // 10 if args.quick else args.sims, args.quick)
     base = args.sims // 10 if args.quick else args.sims
@@ -181,6 +254,26 @@ def _ratio_main(base: int, quick: bool) -> int:
     drop = 0.015  # nats per byte: about three standard errors at 500 texts, sigma 1
     before, after = ratio_rates(500, 1.0, sims, seed=8, drop=drop)
     print(f"power, n 500, sigma 1, a drop of {drop} nats per byte ({sims} sims): at 0.05 before {before[0]:.3f}, "
+          f"after {after[0]:.3f}; at 0.005 before {before[2]:.3f}, after {after[2]:.3f}")
+    return 0
+
+
+def _corpus_main(aggregation: str, base: int, quick: bool) -> int:
+    cells = [(100, base * 3 // 2), (500, base * 3 // 2)] + ([] if quick else [(2000, base // 2)])
+    print(f"{aggregation}, P(p < level) on harmless skewed changes (levels {', '.join(map(str, LEVELS))}): "
+          "before | after")
+    for sigma in (1.0, 1.5):
+        for n, sims in cells:
+            t0 = time.perf_counter()
+            before, after = corpus_rates(n, sigma, aggregation, sims, seed=int(100 * sigma) + n + 2)
+            err = " ".join(f"{_se(lv, sims):.4f}" for lv in LEVELS)
+            print(f"  lognormal sigma {sigma}, n {n:>4}, {sims} sims ({time.perf_counter() - t0:.0f} s): "
+                  f"{' '.join(f'{r:.4f}' for r in before)} | {' '.join(f'{r:.4f}' for r in after)}"
+                  f" | Monte Carlo error {err}", flush=True)
+    sims = max(200, base // 4)
+    drop = 0.3  # of the change's scale: about three standard errors at 500 sentences, sigma 1
+    before, after = corpus_rates(500, 1.0, aggregation, sims, seed=9, drop=drop)
+    print(f"power, n 500, sigma 1, a drop of {drop} ({sims} sims): at 0.05 before {before[0]:.3f}, "
           f"after {after[0]:.3f}; at 0.005 before {before[2]:.3f}, after {after[2]:.3f}")
     return 0
 

@@ -18,6 +18,7 @@ from gatekeeper.compare.stats import (
     paired_test,
     resampling,
 )
+from gatekeeper.compare.stats.paired import jackknife_influence
 from gatekeeper.results import corpus as corpus_mod
 
 SENTENCES = [
@@ -130,8 +131,8 @@ def test_monte_carlo_permutation_paths_agree():
     d = rng.normal(0.05, 1, 400)
     base = rng.normal(0, 1, 400)
     def sign_flip(cand: np.ndarray) -> resampling.PermutationResult:
-        # the sign-flip test of a mean (clustered means and every ratio/corpus test use the
-        # same samplers; unclustered means are tested with the bootstrap-t, see below)
+        # the sign-flip test of a mean (clustered and small tests, and f1/mcc/nanmean, use the
+        # same samplers; larger unclustered means, ratios and corpus scores take the bootstrap-t)
         units = resampling.Units(base[:, None], cand[:, None], lambda s: s[:, 0] / base.size, mean_of_diff=True)
         return resampling.permutation_test(units, True, 4000, np.random.SeedSequence(0))
 
@@ -224,6 +225,52 @@ def test_corpus_paired_test_uses_exact_scores():
     # of the 2^7 swap patterns is as good as observed
     assert r.p_better == pytest.approx(1 / 128)
     assert r.ci_low > 0
+
+
+def _translations(n: int, lost: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """n [reference, prediction] rows, twice: the candidate drops about ``lost`` of the
+    baseline's correct words (another word in their place)."""
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(60)]
+    base, cand = np.empty((n, 2), dtype=object), np.empty((n, 2), dtype=object)
+    for i in range(n):
+        ref = list(rng.choice(words, 6 + rng.integers(0, 14)))
+        pred = [w if rng.random() < 0.7 else str(rng.choice(words)) for w in ref]
+        worse = [w if rng.random() >= lost else "zz" for w in pred]
+        base[i], cand[i] = [" ".join(ref), " ".join(pred)], [" ".join(ref), " ".join(worse)]
+    return base, cand
+
+
+@pytest.mark.parametrize("aggregation", ["bleu", "chrf", "ter"])
+def test_corpus_scores_over_many_sentences_take_the_studentized_test(aggregation):
+    """BLEU and chrF through their jackknife linearization, TER through its edits' mean
+    difference (the same references): the means' calibrated bootstrap-t, in the score's units,
+    with sacrebleu's own scores; by cluster, the permutation of whole clusters."""
+    pytest.importorskip("sacrebleu", reason="sacrebleu is not installed")
+    base, cand = _translations(120, 0.15, seed=3)
+    hib = aggregation != "ter"
+    r = paired_test("corpus", aggregation, base, cand, higher_is_better=hib)
+    assert r.test == "corpus-bootstrap-t"
+    assert (r.baseline, r.candidate) == (aggregate("corpus", aggregation, base), aggregate("corpus", aggregation, cand))
+    assert r.ci_low < r.delta < r.ci_high and (r.delta < 0) == hib  # worse: BLEU/chrF down, TER up
+    assert r.p_worse < 0.01 and r.p_better > 0.99
+    same = paired_test("corpus", aggregation, base, base, higher_is_better=hib)
+    assert same.p_worse == 1.0
+    clusters = np.arange(120) // 4
+    assert paired_test("corpus", aggregation, base, cand, higher_is_better=hib,
+                       clusters=clusters).test == "cluster-permutation"
+
+
+def test_jackknife_influence_of_a_linear_score_is_the_centred_difference():
+    rng = np.random.default_rng(8)
+    xb, xc = rng.normal(size=(50, 3)), rng.normal(size=(50, 3))
+    linear = lambda s: 2.0 * s[..., 0] - s[..., 2]  # noqa: E731
+    d = 2.0 * (xc[:, 0] - xb[:, 0]) - (xc[:, 2] - xb[:, 2])
+    assert np.allclose(jackknife_influence(xb, xc, linear), 49 * (d - d.mean()))
+    assert np.allclose(jackknife_influence(xb, xc, linear, block=7), 49 * (d - d.mean()))
+    only = np.zeros((50, 1))
+    only[0] = 1.0  # without item 0 the baseline's sum is 0: no finite score, the permutation decides
+    assert jackknife_influence(only, only + 1, lambda s: np.log(s[..., 0])) is None
 
 
 def test_multi_reference_rows_follow_lm_eval_format():

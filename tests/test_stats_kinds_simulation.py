@@ -1,5 +1,6 @@
 """Fixed-seed simulations for the kinds added with the metric-kind registry: f1 and
-matthews_corrcoef (confusion counts), brier_score and median (item resampling).
+matthews_corrcoef (confusion counts), brier_score and median (item resampling), and the corpus
+scores (BLEU and chrF through their jackknife linearization, TER through its edits).
 
 - false alarms: when the two runs are exchangeable item by item (a harmless change: each
   item's two outputs are independent draws from the same distribution), the one-sided test
@@ -62,6 +63,26 @@ def _median(drop: float) -> Callable[[np.random.Generator], tuple]:
     return make
 
 
+def _corpus(agg: str, drop: float, n: int = 40) -> Callable[[np.random.Generator], tuple]:
+    """n translations, twice: each word of the reference kept with the sentence's own chance
+    (shared by both runs), less ``drop`` in the candidate; a third of the predictions one word
+    short. Few sentences: where the jackknife's linearization is least accurate."""
+    words = [f"w{i}" for i in range(50)]
+
+    def make(rng: np.random.Generator) -> tuple:
+        base, cand = np.empty((n, 2), dtype=object), np.empty((n, 2), dtype=object)
+        for i in range(n):
+            ref = list(rng.choice(words, 4 + rng.integers(0, 16)))
+            keep = rng.beta(3, 1.5)
+            rows = []
+            for chance in (keep, keep - drop):
+                pred = [w if rng.random() < chance else str(rng.choice(words)) for w in ref]
+                rows.append(" ".join(pred[:-1] if rng.random() < 0.3 else pred))
+            base[i], cand[i] = [" ".join(ref), rows[0]], [" ".join(ref), rows[1]]
+        return "corpus", agg, base, cand, agg != "ter"
+    return make
+
+
 def _rejection_rate(make: Callable[[np.random.Generator], tuple], n_sims: int, seed: int) -> float:
     rng = np.random.default_rng(seed)
     hits = 0
@@ -78,6 +99,9 @@ HARMLESS = {
     "mcc-4-class": _confusion("matthews_corrcoef", 4, 0.0),
     "brier": _brier(0.0),
     "median": _median(0.0),
+    "bleu": _corpus("bleu", 0.0),
+    "chrf": _corpus("chrf", 0.0),
+    "ter": _corpus("ter", 0.0),
 }
 
 
@@ -94,6 +118,7 @@ POWER = {
     "mcc-4-class": (_confusion("matthews_corrcoef", 4, 0.15), 0.85),
     "brier": (_brier(0.4), 0.85),
     "median": (_median(0.25), 0.85),
+    "bleu": (_corpus("bleu", 0.25, n=100), 0.85),
 }
 
 

@@ -87,10 +87,14 @@ class MetricKind:
     rounding = "value"  # "value": 1-D floats; "loglik": column 0 of (ll, count); "none": labels/text
     doc_want = "finite numbers"
     mean_of_diff = False  # score(cand) - score(base) == mean of per-unit differences of column 0
-    # The score is a monotone function of column 0's sum when the other columns are the same on
-    # both sides (a ratio over the same texts' counts): "unchanged" is then "column 0's mean
-    # difference is 0", which the studentized test decides (compare/stats/paired.py).
-    monotone_in_sum = False
+    # Aggregations whose score is a monotone function of column 0's sum when the other columns
+    # are the same on both sides (a ratio over the same texts' counts, TER over the same
+    # references): "unchanged" is then "column 0's mean difference is 0", which the studentized
+    # test decides (compare/stats/paired.py).
+    monotone_in_sum: frozenset[str] = frozenset()
+    # Aggregations whose score is a smooth function of the summed statistics (BLEU, chrF): the
+    # studentized test of its jackknife linearization decides (compare/stats/paired.py).
+    smooth_in_sums: frozenset[str] = frozenset()
     score_bounds: dict[str, tuple[float, float]] = {}  # the task score's range, per aggregation
     line_fields: tuple[str, ...] = ()  # other keys of a samples line that ``line_value`` reads
 
@@ -305,7 +309,7 @@ class RatioKind(MetricKind):
                     "bits_per_byte": (0.0, math.inf)}
     rounding = "loglik"
     doc_want = "[loglikelihood, count] pairs"
-    monotone_in_sum = True  # exp(-ll / count) and -ll / count / ln 2 at fixed counts
+    monotone_in_sum = frozenset(aggregations)  # exp(-ll / count) and -ll / count / ln 2 at fixed counts
 
     def fast_values(self, aggregation: str, items: list[Any]) -> Any:
         types = set(map(type, items))
@@ -416,6 +420,8 @@ class CorpusKind(MetricKind):
     name = "corpus"
     aggregations = ("bleu", "chrf", "chrf++", "ter")
     lower_is_better = frozenset({"ter"})
+    monotone_in_sum = frozenset({"ter"})  # 100 * edits / reference length, the same references
+    smooth_in_sums = frozenset({"bleu", "chrf", "chrf++"})
     # sacrebleu's scores, as lm-eval reports them: 0-100 points (TER has no upper bound).
     score_bounds = {"bleu": (0.0, 100.0), "chrf": (0.0, 100.0), "chrf++": (0.0, 100.0), "ter": (0.0, math.inf)}
     rounding = "none"
