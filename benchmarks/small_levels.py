@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gatekeeper.compare.stats import adjust_pvalues, paired, paired_test, resampling, studentized  # noqa: E402
+from gatekeeper.compare.stats import adjust_pvalues, paired, paired_test, pending_draws, resampling  # noqa: E402
 from gatekeeper.results import corpus  # noqa: E402
 from gatekeeper.results.metrics import kind_named  # noqa: E402
 
@@ -174,14 +174,14 @@ def corpus_permutation_p(xb: np.ndarray, xc: np.ndarray, aggregation: str) -> fl
 
 
 def corpus_gate_p(xb: np.ndarray, xc: np.ndarray, aggregation: str) -> float:
-    """p_worse of the gate's test, as ``paired_test`` draws it from texts' statistics
-    (tests/test_small_levels.py checks that they agree)."""
+    """p_worse of the gate's test on sentences' statistics (``paired.studentized_smooth``, as
+    ``plan_test`` calls it; tests/test_small_levels.py checks that it is ``paired_test``'s on texts)."""
     score = corpus.SCORE_FNS[aggregation]
-    change = float(score(xc.sum(axis=0)[None, :])[0] - score(xb.sum(axis=0)[None, :])[0])
+    b_score, c_score = (float(score(x.sum(axis=0)[None, :])[0]) for x in (xb, xc))
     _, seed = np.random.SeedSequence(0).spawn(2)
-    draws = studentized.bootstrap_t(change + paired.jackknife_influence(xb, xc, score), 0.95, RESAMPLES,
-                                    seed).draws
-    return (1 + np.count_nonzero(draws >= 0)) / (draws.size + 1)  # higher is better: worse unless below 0
+    plan = paired.studentized_smooth(xb, xc, score, b_score, c_score, True, 0.95, RESAMPLES, seed,
+                                     "corpus-bootstrap-t", ())
+    return plan.finish(pending_draws([plan])[0]).p_worse
 
 
 def corpus_rates(n: int, sigma: float, aggregation: str, sims: int, seed: int,

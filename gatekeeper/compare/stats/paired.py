@@ -173,10 +173,10 @@ def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.n
                                 n_resamples, ss_boot, f"{k.name}-bootstrap-t", tuple(warnings))
     if (aggregation in k.smooth_in_sums and labels is None
             and np.count_nonzero((xb != xc).any(axis=1)) > EXACT_MAX_UNITS):
-        influence = jackknife_influence(xb, xc, units.score)
-        if influence is not None:
-            return _studentized(c_score - b_score + influence, b_score, c_score, n, higher_is_better,
-                                confidence, n_resamples, ss_boot, tuple(warnings), f"{k.name}-bootstrap-t")
+        smooth = studentized_smooth(xb, xc, units.score, b_score, c_score, higher_is_better, confidence,
+                                    n_resamples, ss_boot, f"{k.name}-bootstrap-t", tuple(warnings))
+        if smooth is not None:
+            return smooth
     perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
     exact = perm is not None and perm.exact
     test = "cluster-permutation" if labels is not None else k.test_name(exact)
@@ -210,8 +210,8 @@ def jackknife_influence(xb: np.ndarray, xc: np.ndarray, score: Callable[[np.ndar
     draws are of the score's change in the score's units. The permutation it replaces, which
     swaps the two runs' statistics within items, assumes them exchangeable: on skewed harmless
     changes of BLEU over 500 sentences it rejected at 0.019 where the level was 0.005 (this
-    test: 0.0077; benchmarks/small_levels.py --corpus bleu). None when a corpus without one item has no finite
-    score (the permutation then decides)."""
+    test: 0.0077; benchmarks/small_levels.py --corpus bleu). None when a corpus without one
+    item has no finite score (the permutation then decides)."""
     n = xb.shape[0]
     sb, sc = xb.sum(axis=0), xc.sum(axis=0)
     without = np.empty(n)
@@ -222,6 +222,21 @@ def jackknife_influence(xb: np.ndarray, xc: np.ndarray, score: Callable[[np.ndar
     if not np.isfinite(without).all():
         return None
     return (n - 1) * (without.mean() - without)
+
+
+def studentized_smooth(xb: np.ndarray, xc: np.ndarray, score: Callable[[np.ndarray], np.ndarray], b_score: float,
+                       c_score: float, hib: bool, confidence: float, n_resamples: int,
+                       seed_seq: np.random.SeedSequence, test: str,
+                       warnings: tuple[str, ...]) -> PendingStudentized | None:
+    """The studentized test for a score that is a smooth function of the summed statistics
+    (BLEU, chrF): the means' calibrated bootstrap-t of the change plus each item's influence
+    (``jackknife_influence``), its draws the score's change. None when the influence is not
+    finite everywhere (the permutation then decides)."""
+    influence = jackknife_influence(xb, xc, score)
+    if influence is None:
+        return None
+    return _studentized(c_score - b_score + influence, b_score, c_score, xb.shape[0], hib, confidence,
+                        n_resamples, seed_seq, warnings, test)
 
 
 def _studentized_sum(xb: np.ndarray, diff: np.ndarray, score: Callable[[np.ndarray], np.ndarray], b_score: float,
