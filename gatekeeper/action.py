@@ -13,14 +13,21 @@ summary and still exits with the gate's code. See docs/action.md.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
+
+if __name__ == "__main__":
+    from gatekeeper import drop_working_folder
+
+    drop_working_folder()  # before any third-party import (see its docstring)
+
+import json  # noqa: E402 - after the working folder is off sys.path when run as a module
+import os  # noqa: E402
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gatekeeper import report
@@ -75,6 +82,10 @@ DEFAULTS = {
     "mlflow-tracking-uri": "",  # "" = no MLflow logging; a URI (or a folder) logs one run per gate
     "sequential": "",  # "" = the suite's policy.sequential; "false"; "true" (4 looks); or a number of looks
     "reason": "",  # command not-evaluated: why this commit has no verdict (a shard or wave job failed)
+    "model-commit": "",  # read the model folder from this commit's git objects, not the working tree
+    "model-roots": "",  # folders outside the workspace a pointer file may name (one per line, or commas)
+    "advisory": "false",  # the candidate is a run nobody here can vouch for: never a success, own comment
+    "fork-workflow": "",  # workflow_run from a fork: the eval workflow's path, checked against the default branch
 }
 FORK_DOC = "docs/action.md#fork-pull-requests"
 
@@ -134,6 +145,7 @@ class Evaluation:
     summary: str | None = None  # the job summary's report, when longer than the comment allows
     trusted: bool = False  # evaluated on the trusted default branch's own suite and baseline
     trend_markdown: str = ""  # the history's charts (trusted gates only), for the tracking issue
+    advisory: bool = False  # compared a run the fork's own workflow wrote: shown, never a success
     # compare on a sequential gate's waves: the next look ("K/L", "" once decided) and the stopped tasks
     sequential: dict[str, str] | None = None
 
@@ -152,6 +164,7 @@ class Job:
     run_url: str | None
     notes: list[str] = field(default_factory=list)  # publishing problems, for the summary
     written: list[Path] = field(default_factory=list)  # files and folders this run made in the workspace
+    scratch: Path | None = None  # a private folder outside the workspace, removed when the run ends
     measured_at: str | None = None  # the commit whose suite and baseline were used, when not the checkout
 
     def warn(self, message: str) -> None:
@@ -190,6 +203,14 @@ def fork_refusal(job: Job, inputs: Inputs, client: GitHubClient | None = None) -
     if inputs.flag("allow-forks"):
         return None
     if inputs["command"] in ("compare", "promote") and job.event.name in DEFAULT_BRANCH_EVENTS:
+        return None
+    # compare loads no model, and on pull_request_target the suite, tasks and baseline come from
+    # the base commit whatever is checked out: the candidate run is data (the trusted fork gate).
+    if inputs["command"] == "compare" and job.event.name == "pull_request_target":
+        return None
+    # The trusted fork gate: the base's workflow reads the head's checkpoint from git objects as
+    # data (``model-commit``: plain files, safetensors, no remote code); nothing of the fork runs.
+    if inputs["model-commit"] and inputs["command"] in ("run", "gate") and job.event.name == "pull_request_target":
         return None
     runner_env = job.env.get("RUNNER_ENVIRONMENT", "").strip().lower() or "self-hosted"
     if job.event.name == "pull_request_target":
@@ -328,6 +349,59 @@ def decide_checkout(job: Job) -> Checkout:
     return Checkout(False, base, f"push to branch {branch}" if ev.name == "push" else f"{ev.name} on {branch}")
 
 
+# -- a fork's own run (the fork split's report job) -----------------------------------------
+
+
+ADVISORY_NOTE = (
+    "**Advisory: this is the fork's own run, not a verdict of this repository.** The pull request's "
+    "workflow ran the evaluation and uploaded what it liked, so this report is shown, never a passing "
+    f"check; the required check is the trusted fork gate ({FORK_DOC})."
+)
+
+
+def _fork_run(job: Job) -> bool:
+    """workflow_run triggered by a run of a fork's head (or one whose head cannot be told): its
+    artifacts were written by code the fork controls."""
+    if job.event.name != "workflow_run":
+        return False
+    heads = job.event.pr_heads()
+    return not heads or any(not h.known or (h.repo or "").lower() != job.repo.lower() or not job.repo
+                            for h in heads)
+
+
+def check_fork_workflow(job: Job, inputs: Inputs) -> None:
+    """Refuse a fork's artifact unless it came from the ``fork-workflow`` file, unchanged from the
+    default branch's copy at the fork's head: a fork can add a workflow of the same name, or edit
+    the evaluation workflow, and upload any artifact from it."""
+    expected = inputs["fork-workflow"].strip().removeprefix("./")
+    if not expected:
+        raise GateError("input fork-workflow: required to compare a fork's workflow_run artifact: the path of the "
+                        f"evaluation workflow (e.g. .github/workflows/fork-eval.yml), see {FORK_DOC}")
+    run = job.event.payload.get("workflow_run")
+    run = run if isinstance(run, dict) else {}
+    path = str(run.get("path") or "").split("@", 1)[0]
+    if path != expected:
+        raise GateError(f"workflow_run: the run came from {path or 'an unnamed workflow file'}, not {expected}: "
+                        "its artifact was not written by the evaluation workflow; refusing it")
+    sha = gitbase.check_sha(str(run.get("head_sha") or ""), "event workflow_run.head_sha")
+    repo = gitbase.find_repo(job.workspace)
+    ours = gitbase.read_at(repo, gitbase.head_commit(repo), expected)
+    if ours is None:
+        raise GateError(f"{expected}: not in the default branch's checkout (input fork-workflow)")
+    if gitbase.read_at(repo, sha, expected) != ours:
+        raise GateError(f"{expected}: the fork's copy at {sha[:7]} differs from the default branch's, so its run "
+                        "was the fork's own workflow and its artifact is refused (rebase the fork on the default branch)")
+
+
+def _as_advisory(ev: Evaluation) -> Evaluation:
+    ev.advisory = True
+    ev.headline = f"advisory (the fork's own run): {ev.headline}"
+    ev.markdown = _under_headline(ev.markdown, [ADVISORY_NOTE])
+    if ev.summary is not None:
+        ev.summary = _under_headline(ev.summary, [ADVISORY_NOTE])
+    return ev
+
+
 def _with_notes(ev: Evaluation, tree: BaseTree | None) -> Evaluation:
     """The report with the base-commit notes under its headline, where a reviewer reads them."""
     if tree is None or not tree.notes:
@@ -344,6 +418,20 @@ def _under_headline(markdown: str, notes: list[str]) -> str:
 
 
 def evaluate(job: Job, inputs: Inputs) -> Evaluation:
+    fork_run = inputs["command"] == "compare" and _fork_run(job)
+    if not (fork_run or inputs.flag("advisory")):
+        return _evaluate_checkout(job, inputs)
+    # Advisory: even its errors go to its own comment, never over the trusted verdict's.
+    try:
+        if fork_run:
+            check_fork_workflow(job, inputs)
+        ev = _evaluate_checkout(job, inputs)
+    except GateError as err:
+        ev = error_evaluation(str(err))
+    return _as_advisory(ev)
+
+
+def _evaluate_checkout(job: Job, inputs: Inputs) -> Evaluation:
     checkout = decide_checkout(job)
     if checkout.trusted:
         ev = _evaluate(job, inputs, load_suite(_path(job, inputs["suite"])), None)
@@ -380,7 +468,7 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
         return not_evaluated(job, inputs["reason"], suite)
     if not inputs["model"]:
         raise GateError(f"input model: required for command {command} (a checkpoint dir, hub id, pointer file, or auto)")
-    model = events.resolve_model(inputs["model"], job.event, job.workspace)
+    model = _model(job, inputs, suite, untrusted=base is not None)
     with job.console.group(f"gatekeeper: evaluating {Path(model).name} on suite {suite.name}") as log:
         if command == "run":
             lock, items_check = baseline_checks(base.baseline if base is not None else suite.baseline_path, suite)
@@ -420,6 +508,45 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
             ev.summary += "\n\n" + chart
         ev.trend_markdown = chart
     return ev
+
+
+def _model(job: Job, inputs: Inputs, suite: Suite, *, untrusted: bool) -> str:
+    """The checkpoint to evaluate. With ``model-commit`` the model folder is read from that
+    commit's git objects into a private folder outside the workspace (a pull request's head,
+    fetched as data by the trusted fork gate); else from the working tree, where an untrusted
+    checkout's symlinks leaving the workspace are refused, and a pointer file may name only a
+    checkpoint folder in the workspace or under ``model-roots``."""
+    if inputs["model-commit"]:
+        sha = gitbase.check_sha(inputs["model-commit"].lower(), "input model-commit")
+        repo = gitbase.find_repo(job.workspace)
+        rel = gitbase.repo_relative(repo, _path(job, inputs["model"]))
+        if job.scratch is None:
+            raise GateError("input model-commit: no private folder to write the checkpoint to")
+        folder = gitbase.export_folder(repo, sha, rel, job.scratch / "model" / PurePosixPath(rel).name)
+        _data_only(folder, rel, sha, suite)
+        job.console.line(f"model: {rel} read from commit {sha[:12]}'s git objects (the working tree is not read)")
+        return str(folder)
+    roots = tuple(Path(r.strip()) for r in inputs["model-roots"].replace(",", "\n").splitlines() if r.strip())
+    relative = [str(r) for r in roots if not r.is_absolute()]
+    if relative:
+        raise GateError(f"input model-roots: {relative[0]} is not an absolute path (folders on the runner, "
+                        "outside the workspace)")
+    return events.resolve_model(inputs["model"], job.event, job.workspace, untrusted=untrusted, roots=roots)
+
+
+# What a checkpoint read from a pull request's head may hold: weights that are data, never a
+# pickle (*.bin, *.pt, *.pth, *.pkl and *.ckpt run code when loaded) or code of its own.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def _data_only(folder: Path, rel: str, sha: str, suite: Suite) -> None:
+    if suite.model.get("trust_remote_code"):
+        raise GateError(f"input model-commit: the suite sets model.trust_remote_code, so {rel} at {sha[:12]} "
+                        "would run its own code; a pull request's checkpoint is evaluated as data only")
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in PICKLE_SUFFIXES or path.suffix == ".py":
+            raise GateError(f"{rel}/{path.relative_to(folder).as_posix()}: at commit {sha[:12]} a pull request's "
+                            "checkpoint holds code or a pickle; model-commit evaluates safetensors weights only")
 
 
 def _history(baseline: Path | None) -> list[Any]:
@@ -571,7 +698,9 @@ def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | Non
         return ""
     suite = _suite_name(ev, inputs)
     url = ""
-    if job.event.name == "push" and job.event.head_sha:
+    # A commit status where no job of the PR's own workflow carries the verdict: a push, and the
+    # trusted fork gate (pull_request_target); never for a fork's own run (advisory).
+    if job.event.name in ("push", "pull_request_target") and job.event.head_sha and not ev.advisory:
         _status(job, client, suite, ev)
     if job.event.name == "schedule" and ev.verdict in ("pass", "fail", "drift"):
         report_md = ev.markdown + ("\n\n" + ev.trend_markdown if ev.trend_markdown else "")
@@ -589,8 +718,9 @@ def publish(job: Job, inputs: Inputs, ev: Evaluation, client: GitHubClient | Non
     number = _target_pr(job, client, inputs)
     if number is None:
         return url
+    # The advisory report has a comment of its own: it never replaces the trusted verdict's.
     result = comment.upsert_sticky(
-        client, job.repo, number, suite, ev.markdown, mode=inputs["comment"],
+        client, job.repo, number, f"{suite} (advisory)" if ev.advisory else suite, ev.markdown, mode=inputs["comment"],
         regressed=ev.verdict == "fail", has_outcome=ev.verdict in ("pass", "fail", "baseline-recorded"),
         author=job.env.get("GATEKEEPER_COMMENT_AUTHOR", "").strip() or None,
     )
@@ -683,7 +813,10 @@ def main(env: dict[str, str] | None = None) -> int:
         if refusal:
             ev = error_evaluation(refusal, "refused")
         else:
-            ev = evaluate(job, inputs)
+            with tempfile.TemporaryDirectory(prefix="gatekeeper-private-", dir=_temp_root(env)) as scratch:
+                job.scratch = Path(scratch)
+                ev = evaluate(job, inputs)
+            job.scratch = None
     except GateError as err:
         ev = error_evaluation(str(err))
     except OSError as err:  # unreadable/unwritable paths: an input problem, not a crash
@@ -723,6 +856,12 @@ def main(env: dict[str, str] | None = None) -> int:
     hand_back(job)
     console.line(f"gatekeeper: {ev.verdict} (exit {code})")
     return code
+
+
+def _temp_root(env: dict[str, str]) -> str | None:
+    """The runner's temp folder (outside the workspace, large), else the system's."""
+    folder = env.get("RUNNER_TEMP", "").strip()
+    return folder if folder and os.path.isdir(folder) else None
 
 
 def _safe_head_sha(job: Job) -> str | None:

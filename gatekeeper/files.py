@@ -201,3 +201,41 @@ def project_root(start: Path | None = None) -> Path | None:
         if folder != Path(folder.anchor) and (folder / ".git").exists():
             return folder
     return here
+
+
+# A pull request writes the checkout, links included: a checkpoint that is, or holds, a symlink
+# to a runner file (``$HF_HOME/token``) would have the evaluation read that file.
+
+
+def link_leaving(path: Path, root: Path) -> str | None:
+    """The first symlink on the way from ``root`` down to ``path``, or anywhere under ``path``
+    when it is a folder (walked without following links), whose target lies outside ``root``: its
+    path relative to ``root``. None when there is none. ``path`` (relative, or absolute) is taken
+    lexically; a ``path`` outside ``root`` altogether is reported as itself."""
+    base = Path(os.path.normpath(os.path.abspath(root)))
+    top = os.path.realpath(base)
+    lexical = Path(os.path.normpath(base / path))
+    try:
+        rel = lexical.relative_to(base)
+    except ValueError:
+        return str(path)
+
+    def leaves(p: Path) -> bool:
+        real = os.path.realpath(p)
+        return real != top and not real.startswith(top.rstrip(os.sep) + os.sep)
+
+    step = base
+    for part in rel.parts:
+        step = step / part
+        if step.is_symlink() and leaves(step):
+            return step.relative_to(base).as_posix()
+    # A folder (or a link to a folder inside the root): every link under it, without following one.
+    folder = Path(os.path.realpath(lexical)) if lexical.is_symlink() else lexical
+    if folder.is_dir():
+        for dirpath, dirnames, filenames in os.walk(folder):
+            for name in sorted(dirnames + filenames):
+                p = Path(dirpath) / name
+                if p.is_symlink() and leaves(p):
+                    shown = lexical / p.relative_to(folder)
+                    return shown.relative_to(base).as_posix()
+    return None

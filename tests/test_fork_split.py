@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from gatekeeper.errors import GateError
+from gatekeeper.publish.comment import sticky_marker
 from gatekeeper.results.layout import find_results_file
 from tests.github_server import FakeGitHub
 
@@ -83,8 +85,14 @@ def _condition(expr: str | None, known: dict[str, str], failed: bool) -> bool:
 RUNNER_UID = 1001  # the self-hosted runner's user: the action's container runs as root over its workspace
 
 
+# git's local transport drops `-c` settings for the other repository's side: a clone or fetch from
+# a checkout the runner's user owns needs safe.directory in a global file.
+_GITCONFIG = Path(tempfile.mkdtemp(prefix="gatekeeper-gitconfig-")) / "config"
+_GITCONFIG.write_text("[safe]\n\tdirectory = *\n")
+
+
 def git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    env = dict(os.environ, GIT_CONFIG_GLOBAL=str(_GITCONFIG), GIT_CONFIG_NOSYSTEM="1")
     proc = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "safe.directory=*",
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -99,6 +107,9 @@ def _workspace(root: Path) -> tuple[Path, str]:
     shutil.copytree(EXAMPLES / "tasks", root / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(EXAMPLES / ".gatekeeper", root / ".gatekeeper",  # the recorded baseline only
                     ignore=shutil.ignore_patterns("*.trend.jsonl", "*.anchor.json.gz", "history"))
+    (root / ".github/workflows").mkdir(parents=True)
+    for name in ("fork-eval.yml", "fork-report.yml", "fork-gate.yml"):
+        shutil.copy(WORKFLOWS / name, root / ".github/workflows" / name)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "main")
@@ -262,69 +273,127 @@ class Runner:
         return last
 
 
+@dataclass
+class ForkRun:
+    """fork-eval.yml's run on a fork PR: its artifacts folder and the fork's repository and head."""
+
+    artifacts: Path
+    origin: Path  # a bare copy of the fork, root's, as the base repository's remote serves its head
+    head: str
+
+
 @pytest.fixture(scope="module")
-def fork_eval(runner_home: Path) -> Path:
-    """fork-eval.yml run on a fork PR that proposes the harmless checkpoint; the artifacts folder."""
+def fork_eval(runner_home: Path) -> ForkRun:
+    """fork-eval.yml run on a fork PR that proposes the harmless checkpoint."""
     root = runner_home / "fork-eval"
     ws, base = _workspace(root / "ws")
     git(ws, "checkout", "-q", "-b", "fork")
     shutil.copytree(EXAMPLES / "checkpoints" / "harmless", ws / "checkpoints" / "candidate")
     git(ws, "add", "-A")
     git(ws, "commit", "-q", "-m", "fork: a new checkpoint")
+    head = git(ws, "rev-parse", "HEAD")
+    origin = root / "origin.git"  # made before the checkout is the runner's: git refuses another user's remote
+    git(root, "clone", "-q", "--bare", str(ws), str(origin))
+    git(origin, "config", "uploadpack.allowAnySHA1InWant", "true")  # as GitHub serves a PR's head by its sha
     _own(ws)
-    payload = {"pull_request": {"number": PR, "head": {"sha": HEAD, "repo": {"full_name": "evil/fork", "fork": True}},
+    payload = {"pull_request": {"number": PR, "head": {"sha": head, "repo": {"full_name": "evil/fork", "fork": True}},
                                 "base": {"sha": base, "repo": {"full_name": REPO}}}}
-    runner = Runner(ws, "pull_request", payload, "http://127.0.0.1:9")
+    runner = Runner(ws, "pull_request", payload, "http://127.0.0.1:9", sha=head)
     artifacts = root / "artifacts"
     runner.job(_steps("fork-eval.yml"), artifacts)
     assert [p.returncode for p in runner.results] == [0, 0], [p.stdout[-2000:] + p.stderr[-2000:]
                                                               for p in runner.results]
-    return artifacts
+    return ForkRun(artifacts, origin, head)
 
 
-def _report(fork_eval: Path, tmp_path: Path, gh: FakeGitHub, head_of_pr: str) -> tuple[Runner, Any]:
-    tmp_path = Path(tempfile.mkdtemp(prefix="report-", dir=fork_eval.parent.parent))
+def _report(fork_eval: ForkRun, gh: FakeGitHub, head_of_pr: str, *, path: str = ".github/workflows/fork-eval.yml",
+            fork_edits: bool = False) -> tuple[Runner, Any]:
+    """fork-report.yml on the workflow_run of ``fork_eval``'s run (of the workflow file ``path``);
+    ``fork_edits``: the fork's head commit changes fork-eval.yml (one more commit in the fork)."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="report-", dir=fork_eval.artifacts.parent.parent))
     tmp_path.chmod(0o755)
     ws, main = _workspace(tmp_path / "ws")
-    _fake_gh_cli(tmp_path / "bin", head_of_pr)
+    head = fork_eval.head
+    origin = fork_eval.origin
+    if fork_edits:
+        fork = tmp_path / "fork"
+        git(tmp_path, "clone", "-q", str(origin), str(fork))
+        git(fork, "checkout", "-q", head)
+        with (fork / ".github/workflows/fork-eval.yml").open("a") as fh:
+            fh.write("      - run: echo 'an artifact of my choosing'\n")
+        git(fork, "commit", "-q", "-am", "fork: my own eval")
+        head = git(fork, "rev-parse", "HEAD")
+        origin = tmp_path / "origin.git"
+        git(tmp_path, "clone", "-q", "--bare", str(fork), str(origin))
+        git(origin, "config", "uploadpack.allowAnySHA1InWant", "true")
+    git(ws, "remote", "add", "origin", str(origin))
+    _fake_gh_cli(tmp_path / "bin", head if head_of_pr == HEAD else head_of_pr)  # HEAD: the evaluated head
     _own(tmp_path / "bin")
-    payload = {"workflow_run": {"id": 777, "head_sha": HEAD, "event": "pull_request", "conclusion": "success",
+    _own(ws)
+    payload = {"workflow_run": {"id": 777, "head_sha": head, "event": "pull_request", "conclusion": "success",
+                                "path": path, "head_repository": {"full_name": "evil/fork"},
                                 "pull_requests": []},  # GitHub lists no PRs for a fork's run
                "repository": {"full_name": REPO, "default_branch": "main"}}
     # workflow_run checks out the default branch: GITHUB_SHA is its commit, and HEAD is it
-    runner = Runner(ws, "workflow_run", payload, gh.url, path_prefix=tmp_path / "bin", sha=main)
-    return runner, runner.job(_steps("fork-report.yml"), fork_eval)
+    runner = Runner(ws, "workflow_run", payload, gh.url, path_prefix=tmp_path / "bin", sha=main,
+                    context={"github.event.workflow_run.head_sha": head})
+    return runner, runner.job(_steps("fork-report.yml"), fork_eval.artifacts)
 
 
 @pytest.mark.lmeval
-def test_fork_eval_artifact_has_the_run_two_levels_down_and_the_pr_number(fork_eval: Path) -> None:
-    artifact = fork_eval / "gatekeeper-run"
+def test_fork_eval_artifact_has_the_run_two_levels_down_and_the_pr_number(fork_eval: ForkRun) -> None:
+    artifact = fork_eval.artifacts / "gatekeeper-run"
     assert (artifact / "pr-number").read_text().strip() == str(PR)
     (results,) = artifact.glob("run-777-1-*/*/results_*.json")
     assert find_results_file(artifact)[0] == results
 
 
 @pytest.mark.lmeval
-def test_fork_report_compares_the_artifact_and_comments_on_the_pr(fork_eval: Path, tmp_path: Path,
-                                                                   gh: FakeGitHub) -> None:
-    gh.add_pr(PR, HEAD)
-    runner, last = _report(fork_eval, tmp_path, gh, head_of_pr=HEAD)
+def test_fork_report_shows_the_forks_own_run_as_advisory_and_never_a_success(fork_eval: ForkRun,
+                                                                             gh: FakeGitHub) -> None:
+    """The fork's run may be honest or forged: either way it is the fork's writing. It gets a
+    comment of its own, marked advisory, and no commit status: never a green required check."""
+    gh.add_pr(PR, fork_eval.head)
+    runner, last = _report(fork_eval, gh, head_of_pr=HEAD)
     assert [p.returncode for p in runner.results] == [0, 0], last.stdout[-3000:] + last.stderr[-2000:]
     assert runner.outputs["steps.pr.outputs.number"] == str(PR)
     (body,) = gh.comment_bodies(PR)
-    assert body.startswith("### ✅") and "no regression" in body
+    assert body.startswith("### ✅") and "Advisory: this is the fork's own run" in body
+    assert sticky_marker("demo (advisory)") in body and sticky_marker("demo") not in body
+    assert gh.statuses == []
     assert [ln for ln in last.stdout.splitlines() if TOKEN in ln] == [f"::add-mask::{TOKEN}"]
     assert TOKEN not in last.stderr
 
 
 @pytest.mark.lmeval
+@pytest.mark.parametrize("case", ["another workflow file", "the fork edited fork-eval.yml"])
+def test_fork_report_refuses_an_artifact_the_forks_own_workflow_wrote(fork_eval: ForkRun, gh: FakeGitHub,
+                                                                      case: str) -> None:
+    """A fork adds a workflow of the same name, or edits fork-eval.yml, and uploads a forged
+    artifact (an honest run of another, good checkpoint): refused, nothing posted."""
+    gh.add_pr(PR, fork_eval.head)
+    if case == "another workflow file":
+        runner, last = _report(fork_eval, gh, head_of_pr=HEAD, path=".github/workflows/forged.yml")
+        says = "the run came from .github/workflows/forged.yml, not .github/workflows/fork-eval.yml"
+    else:
+        runner, last = _report(fork_eval, gh, head_of_pr=HEAD, fork_edits=True)
+        says = ".github/workflows/fork-eval.yml: the fork's copy at"
+    assert last.returncode == 2, last.stdout[-3000:] + last.stderr[-2000:]
+    assert says in last.stdout
+    # The refusal is said in the advisory comment only, never over the trusted verdict's; no status.
+    (body,) = gh.comment_bodies(PR)
+    assert body.rstrip().endswith("__advisory_ -->") and "refus" in body and "✅" not in body
+    assert gh.statuses == []
+
+
+@pytest.mark.lmeval
 def test_fork_report_refuses_a_pr_number_that_does_not_match_the_evaluated_commit(
-    fork_eval: Path, tmp_path: Path, gh: FakeGitHub
+    fork_eval: ForkRun, gh: FakeGitHub
 ) -> None:
-    gh.add_pr(PR, HEAD)
-    runner, last = _report(fork_eval, tmp_path, gh, head_of_pr="d" * 40)
+    gh.add_pr(PR, fork_eval.head)
+    runner, last = _report(fork_eval, gh, head_of_pr="d" * 40)
     assert len(runner.results) == 1 and last.returncode == 1  # the compare step never runs
-    assert f"::error::PR #{PR} head is {'d' * 40}, not {HEAD}" in last.stdout
+    assert f"::error::PR #{PR} head is {'d' * 40}, not {fork_eval.head}" in last.stdout
     assert gh.comment_bodies(PR) == []
 
 

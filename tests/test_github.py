@@ -588,9 +588,62 @@ def test_pointer_files(tmp_path):
     (tmp_path / "current.txt").write_text("store/ckpt-7\n")
     assert events.resolve_model("current.txt", events.Event("schedule"), tmp_path) == str(tmp_path / "store/ckpt-7")
     (tmp_path / "dangling.txt").write_text("/nowhere/ckpt\n")
-    with pytest.raises(GateError, match="dangling.txt: points to /nowhere/ckpt"):
+    with pytest.raises(GateError, match="dangling.txt: the pointer file does not name a checkpoint folder") as err:
         events.resolve_model("dangling.txt", events.Event("schedule"), tmp_path)
+    assert "/nowhere" not in str(err.value)  # a pointer's text is never shown
     assert events.resolve_model("gpt2", events.Event("schedule"), tmp_path) == "gpt2"
+
+
+def test_a_pointer_reaches_outside_the_workspace_only_under_model_roots(tmp_path):
+    ws, store = tmp_path / "ws", tmp_path / "store"
+    make_ckpt(tmp_path, "store/ckpt-7")
+    ws.mkdir()
+    (ws / "current.txt").write_text(f"{store / 'ckpt-7'}\n")
+    with pytest.raises(GateError, match="outside the workspace and outside every model-roots folder") as err:
+        events.resolve_model("current.txt", events.Event("schedule"), ws)
+    assert str(store) not in str(err.value)
+    assert events.resolve_model("current.txt", events.Event("schedule"), ws, roots=(store,)) == str(store / "ckpt-7")
+    (store / "notes").mkdir()  # a folder, but not a checkpoint
+    (ws / "notes.txt").write_text(f"{store / 'notes'}\n")
+    with pytest.raises(GateError, match="does not name a checkpoint folder"):
+        events.resolve_model("notes.txt", events.Event("schedule"), ws, roots=(store,))
+
+
+SECRET = "hf_runnerSecretToken0123456789"
+
+
+def test_a_linked_checkpoint_never_prints_a_runner_file(tmp_path):
+    """A pull request makes checkpoints/candidate a link to a one-line runner file (the HF token):
+    refused on its checkout naming the link, and the file's text is never in any message."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    (home / "token").write_text(SECRET + "\n")
+    (ws / "checkpoints").mkdir(parents=True)
+    (ws / "checkpoints/candidate").symlink_to(home / "token")
+    with pytest.raises(GateError, match="checkpoints/candidate is a symlink that leaves the workspace") as err:
+        events.resolve_model("checkpoints/candidate", events.Event("pull_request"), ws, untrusted=True)
+    assert SECRET not in str(err.value)
+    # Trusted (a maintainer's push), the link is followed, and its text is still never shown.
+    with pytest.raises(GateError) as err:
+        events.resolve_model("checkpoints/candidate", events.Event("push"), ws)
+    assert SECRET not in str(err.value)
+    # A linked folder, and a checkpoint holding a link to a runner file, are refused on a PR too.
+    make_ckpt(tmp_path, "outside")
+    (ws / "checkpoints/candidate").unlink()
+    (ws / "checkpoints/candidate").symlink_to(tmp_path / "outside")
+    with pytest.raises(GateError, match="checkpoints/candidate is a symlink that leaves"):
+        events.resolve_model("checkpoints/candidate", events.Event("pull_request"), ws, untrusted=True)
+    (ws / "checkpoints/candidate").unlink()
+    make_ckpt(ws, "checkpoints/candidate")
+    (ws / "checkpoints/candidate/tokenizer.json").symlink_to(home / "token")
+    with pytest.raises(GateError, match="checkpoints/candidate/tokenizer.json is a symlink that leaves"):
+        events.resolve_model("checkpoints/candidate", events.Event("pull_request"), ws, untrusted=True)
+    # A link that stays inside the workspace is the PR's own business.
+    (ws / "checkpoints/candidate/tokenizer.json").unlink()
+    (ws / "shared.json").write_text("{}")
+    (ws / "checkpoints/candidate/tokenizer.json").symlink_to(ws / "shared.json")
+    assert events.resolve_model("checkpoints/candidate", events.Event("pull_request"), ws,
+                                untrusted=True) == str(ws / "checkpoints/candidate")
 
 
 def test_event_paths_outside_the_workspace_are_ignored(tmp_path):

@@ -273,3 +273,41 @@ def test_checkpoint_push_to_a_branch_is_gated_against_main(repo, gh: FakeGitHub)
     assert last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
     assert [(s["state"], s["context"]) for s in gh.statuses] == [("failure", "gatekeeper/demo")]
     assert f"from the base commit {base[:7]}" in gh.comment_bodies(PR)[0].replace("\\", "")
+
+
+def test_the_trusted_fork_gate_evaluates_the_heads_checkpoint_as_data_and_sets_the_status(repo, gh: FakeGitHub):
+    """fork-gate.yml (pull_request_target, the base repository's own workflow) on a fork PR that
+    adds the regressed checkpoint. The checkout is the base commit, with a forged, good
+    checkpoints/candidate left in its working tree: the evaluation reads the head's checkpoint
+    from git objects, so the forged folder changes nothing; the report job sets the required
+    status on the PR's head (failure) and the verdict comment."""
+    ws, base, head, artifacts = repo
+    upstream = ws.parent / "upstream.git"
+    git(ws.parent, "clone", "-q", "--bare", str(ws), str(upstream))
+    git(upstream, "update-ref", f"refs/pull/{PR}/head", head)
+    git(ws, "remote", "add", "origin", str(upstream))
+    git(ws, "checkout", "-q", base)
+    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
+    shutil.copytree(EXAMPLES / "checkpoints" / "harmless", ws / "checkpoints" / "candidate")  # not the PR's
+    _own(ws)
+    _own(upstream)
+    payload = {"pull_request": {"number": PR, "head": {"sha": head, "repo": {"full_name": "evil/fork", "fork": True}},
+                                "base": {"sha": base, "repo": {"full_name": REPO}}},
+               "label": {"name": "gatekeeper:evaluate"},
+               "repository": {"full_name": REPO, "default_branch": "main"}}
+    context = {**_pr_context(base), "github.event.pull_request.head.sha": head}
+    jobs = _jobs("fork-gate.yml")
+    assert jobs["evaluate"]["permissions"] == {"contents": "read"} and "secrets" not in json.dumps(jobs["evaluate"])
+    evaluate = Runner(ws, "pull_request_target", payload, gh.url, sha=base, context=context)
+    evaluate.job(jobs["evaluate"]["steps"], artifacts)
+    assert not evaluate.failed, [p.stdout[-2000:] + p.stderr[-2000:] for p in evaluate.results]
+    assert f"read from commit {head[:12]}'s git objects" in evaluate.results[-1].stdout
+    report_ws = ws.parent / "report-ws"
+    shutil.copytree(ws, report_ws, symlinks=True, ignore=shutil.ignore_patterns(".gatekeeper-work", "checkpoints"))
+    report = Runner(report_ws, "pull_request_target", payload, gh.url, sha=base, context=context)
+    last = report.job(jobs["report"]["steps"], artifacts)
+    assert report.failed and last.returncode == 1, last.stdout[-3000:] + last.stderr[-2000:]
+    (status,) = gh.statuses
+    assert status["sha"] == head and status["state"] == "failure" and status["context"] == "gatekeeper/demo"
+    (body,) = gh.comment_bodies(PR)
+    assert body.startswith("### ❌") and sticky_marker("demo") in body

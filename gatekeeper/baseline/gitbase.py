@@ -285,3 +285,57 @@ def deleted_in_worktree(paths: list[Path]) -> list[Path]:
         return []
     listed = {PurePosixPath(n).name for n in proc.stdout.decode("utf-8", "replace").split("\0") if n}
     return [p for p in missing if p.name in listed]
+
+
+# A pull request's checkpoint read as data: the files its head commit holds under one folder,
+# written outside any checkout. Nothing of the working tree is read (a forged or linked file
+# there changes nothing), links and submodules are refused, and git LFS pointers are replaced by
+# their objects (``git lfs smudge``; the workflow fetches them first).
+
+
+def export_folder(repo: GitRepo, sha: str, rel: str, dest: Path) -> Path:
+    """Write the files under ``rel`` at commit ``sha`` into the new folder ``dest``; return it.
+    GateError (exit 2) when the commit has no such folder, or it holds a symlink or submodule."""
+    ensure_commit(repo, sha)
+    rel = rel.strip("/")
+    entries = tree_files(repo, sha, rel)
+    if not entries:
+        raise GateError(f"{rel}: no such folder at commit {sha[:12]} (the model input names a checkpoint "
+                        "folder of the pull request's head)")
+    for entry in entries:
+        if entry.is_link or entry.kind != "blob":
+            what = "a symlink" if entry.is_link else f"a {entry.kind}"
+            raise GateError(f"{entry.path}: is {what} at commit {sha[:12]}; a checkpoint read from git must be "
+                            "plain files")
+    dest.mkdir(parents=True)
+    for entry in entries:
+        target = dest.joinpath(*PurePosixPath(entry.path).relative_to(rel).parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _blob_to_file(repo, entry, target)
+    return dest
+
+
+def _blob_to_file(repo: GitRepo, entry: Entry, target: Path) -> None:
+    """The blob, streamed to ``target`` (weights are large); an LFS pointer smudged to its object."""
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS="", LC_ALL="C")
+    git = ["git", "-c", "safe.directory=*"]
+    with target.open("wb") as out:
+        proc = subprocess.run([*git, "cat-file", "blob", entry.oid], cwd=repo.root, stdout=out,
+                              stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT_S, env=env, check=False)
+    if proc.returncode != 0:
+        raise GateError(f"{entry.path}: cannot read blob {entry.oid[:12]} ({_stderr(proc)})")
+    with target.open("rb") as fh:
+        head = fh.read(len(LFS_POINTER))
+    if head != LFS_POINTER or target.stat().st_size > 1024:
+        return
+    pointer = target.read_bytes()
+    with target.open("wb") as out:
+        try:
+            proc = subprocess.run([*git, "lfs", "smudge", "--", entry.path], cwd=repo.root, input=pointer,
+                                  stdout=out, stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT_S, env=env, check=False)
+        except FileNotFoundError:
+            proc = None
+    if proc is None or proc.returncode != 0:
+        why = "git is missing" if proc is None else _stderr(proc)
+        raise GateError(f"{entry.path}: a git LFS pointer whose object could not be read ({why}); fetch the "
+                        "pull request's LFS objects first (`git lfs fetch origin <head sha>`)")

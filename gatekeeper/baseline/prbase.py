@@ -32,6 +32,7 @@ from gatekeeper.baseline.trend import trend_path
 from gatekeeper.compare.compat import check_suite_hash
 from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults
+from gatekeeper.suite.modelpaths import is_path, model_paths
 from gatekeeper.suite.policy import Policy
 from gatekeeper.suite.policydiff import policy_changes, suite_key_changes
 from gatekeeper.suite.suite import Suite, load_suite, load_suite_text, local_data_files
@@ -94,6 +95,7 @@ def base_tree(workspace: Path, sha: str, suite_input: str, *, baseline_input: st
             _refuse_worktree_links(repo, include_rel, "include_path")
             _copy_tree(repo, sha, include_rel, root)
         _copy_dataset_files(repo, sha, folder, data, root, suite_rel)
+        _copy_model_paths(repo, sha, folder, data, root, suite_rel)
         _write(root, suite_rel, text)
         base_suite = _load_base_suite(root / suite_rel, suite_rel, sha)
         default_baseline = gitbase.join_relative(folder, str(data.get("baseline") or
@@ -218,6 +220,37 @@ def _copy_dataset_files(repo: gitbase.GitRepo, sha: str, folder: str, data: dict
             if not (root / path).exists():
                 _refuse_worktree_links(repo, path, "dataset")
                 _write(root, path, _read_file(repo, sha, path, "dataset file", "base"))
+
+
+def _copy_model_paths(repo: gitbase.GitRepo, sha: str, folder: str, data: dict[str, Any], root: Path,
+                      suite_rel: str) -> None:
+    """The files the suite's model settings name as paths (``./tok``, an adapter), from the base
+    commit too: the runner resolves them beside the suite file, which is the base's copy. An
+    absolute path into the repository would read the PR's tree: refused."""
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    for key, value in model_paths(model):
+        if not is_path(value):
+            continue
+        where = f"{suite_rel} at base commit {sha[:7]}: {key}"
+        expanded = os.path.expanduser(value)
+        if os.path.isabs(expanded):
+            try:
+                gitbase.repo_relative(repo, Path(expanded))
+            except GateError:
+                continue  # a folder on the runner, outside the repository: the runner's own
+            raise GateError(f"{where}: {value} lies inside the repository, which the pull request writes; "
+                            "write it relative to the suite file so it is read from the base commit")
+        rel = gitbase.join_relative(folder, value, where)
+        entry = gitbase.entry_at(repo, sha, rel)
+        if entry is None:
+            raise GateError(f"{where}: {value} is not in the base commit (paths in the suite are relative to its "
+                            "folder; commit it, or merge it first)")
+        if entry.kind != "tree":
+            _refuse_entry(entry, sha, key)
+        if entry.kind == "tree":
+            _copy_tree(repo, sha, rel, root)
+        else:
+            _write(root, rel, gitbase.read_blob(repo, entry.oid, rel))
 
 
 def _write(root: Path, rel: str, data: bytes) -> Path:

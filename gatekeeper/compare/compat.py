@@ -67,6 +67,7 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
     errors += _effective_n(b, c, common)
     errors += _configs(b, c, common)
     errors += _task_code(b.manifest.get("task_files"), c.manifest.get("task_files"))
+    errors += _model_setting_files(b.manifest, c.manifest)
     few_shot_used = any(_as_int(b.n_shot.get(t)) or _as_int(c.n_shot.get(t)) for t in common)
     for seed in _ALL_SEEDS:
         bv, cv = b.seeds.get(seed), c.seeds.get(seed)
@@ -295,6 +296,25 @@ def _task_code(recorded: Any, current: Any) -> list[str]:
     if not changed:
         return []
     return [taskcode.describe_changes(changed) + ": record a new baseline on purpose"]
+
+
+def _model_setting_files(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """A tokenizer or adapter the suite names apart from the model is part of the measurement:
+    a file of it that differs from the baseline's (added, removed, edited) is another
+    measurement. Compared where both runs recorded the same setting's files."""
+    pairs = [("model.tokenizer", b.get("tokenizer_files"), c.get("tokenizer_files"))]
+    b_args, c_args = b.get("model_arg_files") or {}, c.get("model_arg_files") or {}
+    if isinstance(b_args, dict) and isinstance(c_args, dict):
+        pairs += [(f"model.model_args.{k}", b_args[k], c_args[k]) for k in sorted(set(b_args) & set(c_args))]
+    out = []
+    for label, before, after in pairs:
+        if not (isinstance(before, dict) and before and isinstance(after, dict) and after):
+            continue
+        changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+        if changed:
+            out.append(f"{label} files changed since the baseline ({_names(changed)}): the suite's "
+                       f"{label.rsplit('.', 1)[-1]} is part of the measurement; record a new baseline on purpose")
+    return out
 
 
 def _local_part(files: dict[str, str]) -> dict[str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gatekeeper.errors import GateError
+from gatekeeper.files import link_leaving
 
 PR_EVENTS = ("pull_request", "pull_request_target")
 # Events that can run a pull request's code (the workflow may check out its head): on a
@@ -213,9 +214,14 @@ def checkpoints_in_push(payload: dict[str, Any], workspace: Path) -> list[str]:
     return list(found)
 
 
-def resolve_model(value: str, event: Event, workspace: Path) -> str:
+def resolve_model(value: str, event: Event, workspace: Path, *, untrusted: bool = False,
+                  roots: tuple[Path, ...] = ()) -> str:
     """The model to evaluate: ``auto`` picks the checkpoint a push changed; a pointer file is
-    replaced by the path it contains; anything else (dir, hub id) is returned as given."""
+    replaced by the path it contains; anything else (dir, hub id) is returned as given.
+
+    ``untrusted``: the checkout is a pull request's (or another untrusted tree): a model that is,
+    passes through or holds a symlink leaving the workspace is refused. ``roots``: folders outside
+    the workspace where a pointer file may send the evaluation (the ``model-roots`` input)."""
     value = value.strip()
     if value == "auto":
         if event.name != "push":
@@ -232,12 +238,19 @@ def resolve_model(value: str, event: Event, workspace: Path) -> str:
                 "set the model input to the one to gate"
             )
         value = ckpts[0]
-    return read_pointer(value, workspace)
+    return read_pointer(value, workspace, untrusted=untrusted, roots=roots)
 
 
-def read_pointer(value: str, workspace: Path) -> str:
-    """If ``value`` names a small text file that is not a model, return the path inside it."""
+def read_pointer(value: str, workspace: Path, *, untrusted: bool = False, roots: tuple[Path, ...] = ()) -> str:
+    """If ``value`` names a small text file that is not a model, return the checkpoint folder it
+    names. A pointer's text is never shown (a link to a runner file would print that file): its
+    target must be a checkpoint folder (``config.json``) inside the workspace or under ``roots``."""
     path = Path(value) if Path(value).is_absolute() else workspace / value
+    if untrusted:
+        link = link_leaving(path, workspace)
+        if link is not None:
+            raise GateError(f"{value}: {link} is a symlink that leaves the workspace; a pull request's checkpoint "
+                            "must be files in its checkout (a pointer file may name a folder under model-roots)")
     if not path.is_file():
         return str(path) if path.is_dir() else value
     if path.stat().st_size > POINTER_MAX_BYTES:
@@ -253,6 +266,18 @@ def read_pointer(value: str, workspace: Path) -> str:
     if not target_path.is_absolute():  # relative: next to the pointer, else from the workspace
         near = path.parent / target
         target_path = near if near.exists() else workspace / target
-    if not target_path.exists():
-        raise GateError(f"{value}: points to {target}, which does not exist on this runner")
+    # From here on the pointer's text is the runner's business: name the pointer, never its text.
+    if not (target_path / "config.json").is_file():
+        raise GateError(f"{value}: the pointer file does not name a checkpoint folder on this runner (a folder "
+                        "with config.json; its text is not shown)")
+    allowed = [Path(workspace), *roots]
+    if not any(_inside(target_path, r) for r in allowed):
+        raise GateError(f"{value}: the pointer file names a checkpoint outside the workspace and outside every "
+                        "model-roots folder (its text is not shown); add the checkpoints' root to the action's "
+                        "model-roots input")
     return str(target_path)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)

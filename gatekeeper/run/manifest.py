@@ -85,6 +85,9 @@ class RunManifest:
     datasets: dict[str, str] = field(default_factory=dict)
     # sha256 of the files of a tokenizer the suite names apart from the model (model.tokenizer).
     tokenizer_files: dict[str, str] = field(default_factory=dict)
+    # The same for every other model argument the suite writes as a path (an adapter: peft,
+    # delta), by key: {"peft": {file: sha256}}. compare names a file that differs.
+    model_arg_files: dict[str, dict[str, str]] = field(default_factory=dict)
     format: str = "gatekeeper-manifest"
     version: int = 1
 
@@ -124,6 +127,21 @@ def tokenizer_files(tokenizer: str | None, revision: str | None = None) -> dict[
         return _hash_folder(folder, WEIGHT_SUFFIXES)
     except Exception:  # noqa: BLE001 - provenance: what the cache holds, else nothing
         return {}
+
+
+def model_arg_files(m: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """{model_args key: {file: sha256}} of each model argument that names a local folder or file
+    (already absolute here): adapters, deltas, any path the suite gives its model."""
+    out = {}
+    for key, value in (m.get("model_args") or {}).items():
+        if key == "tokenizer" or not isinstance(value, str) or not os.path.isabs(value):
+            continue
+        path = Path(value)
+        if path.is_dir():
+            out[key] = _hash_folder(path)
+        elif path.is_file():
+            out[key] = {path.name: sha256_file(path)}
+    return out
 
 
 def sha256_file(path: Path) -> str:

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from gatekeeper.errors import GateError
+from gatekeeper.run import sealed
 from gatekeeper.run.pins import HUB_ID
+from gatekeeper.suite.modelpaths import is_path, model_paths
 
 
 def check_model(model: str, *, hub: bool = True, revision: str | None = None,
@@ -94,3 +97,51 @@ def _timeout() -> float:
         return min(float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10), 10.0)
     except ValueError:
         return 10.0
+
+
+# ----------------------------------------------------------------------------- the suite's own paths
+# A tokenizer, an adapter or any model argument written as a path (``./tok``) is the suite's: it
+# is read relative to the suite file's folder, as its data files are (on a pull request that
+# folder is the base commit's copy), never relative to the working folder, which the PR writes.
+
+
+def absolute_model_paths(m: dict[str, Any], suite_dir: Path) -> dict[str, Any]:
+    """The suite's model settings with each path made absolute against ``suite_dir``; a hub id
+    (``org/tok``) stays one, and is never read from a folder of that name."""
+    out = dict(m)
+    if isinstance(out.get("tokenizer"), str) and is_path(out["tokenizer"]):
+        out["tokenizer"] = str(_beside(suite_dir, out["tokenizer"]))
+    extra = dict(out.get("model_args") or {})
+    for key, value in extra.items():
+        if isinstance(value, str) and is_path(value):
+            extra[key] = str(_beside(suite_dir, value))
+    if extra:
+        out["model_args"] = extra
+    return out
+
+
+def _beside(suite_dir: Path, value: str) -> Path:
+    return Path(os.path.normpath(Path(suite_dir) / Path(value).expanduser()))
+
+
+def check_model_settings(m: dict[str, Any], suite_path: Path, *, hub: bool) -> None:
+    """Every path the suite's model settings name exists (relative to the suite's folder), and
+    every hub id among them is known to the hub or the cache: GateError naming the key, in about
+    a second, before anything loads (the dry run makes the same check)."""
+    suite_dir = sealed.absolute(suite_path).parent
+    for key, value in model_paths(m):
+        if is_path(value):
+            if not _beside(suite_dir, value).exists():
+                raise GateError(f"{suite_path}: {key}: {value} does not exist ({_beside(suite_dir, value)}; paths "
+                                "in the suite are relative to the suite's folder)")
+            continue
+        if not (hub or key.endswith("tokenizer")):
+            continue  # a served backend's adapter names are the server's business
+        folder = _beside(suite_dir, value)
+        hint = f"; the suite's folder has {value}: write it as ./{value}" if folder.is_dir() else ""
+        if not HUB_ID.match(value) or ".." in value or "--" in value:
+            raise GateError(f"{suite_path}: {key}: {value} is neither a path (write ./{value}) nor a Hugging Face "
+                            f"id{hint}")
+        problem = hub_problem(value)
+        if problem:
+            raise GateError(f"{suite_path}: {key}: {value} is not a path, and as a hub id it {problem}{hint}")

@@ -48,12 +48,13 @@ from gatekeeper.run.manifest import (
     RunManifest,
     hash_model_files,
     hub_files,
+    model_arg_files,
     run_file_digests,
     tokenizer_files,
     utc_now,
     version,
 )
-from gatekeeper.run.modelref import check_model
+from gatekeeper.run.modelref import absolute_model_paths, check_model, check_model_settings
 from gatekeeper.run.once import once_per_process
 from gatekeeper.run.pins import DatasetPins, pinned
 from gatekeeper.run.quiet import Warnings, empty_answers, known_noise, progress, quiet_output
@@ -152,35 +153,18 @@ def _before_sealing(suite: Suite, model: str, revision: str | None) -> Path | No
     no Hugging Face cache inside the repository."""
     sealed.check_caches(sealed.repositories(Path(suite.path).parent))
     hub = str(suite.model.get("backend") or backends.HF) in (backends.HF, backends.VLLM)
+    check_model_settings(suite.model, Path(suite.path), hub=hub)
     local = check_model(model, hub=hub, revision=revision, suite_dir=Path(suite.path).parent)
     return None if local is None else sealed.absolute(local)
 
 
 def _absolute_suite(suite: Suite) -> Suite:
     """The suite with its paths absolute: inside the sealed folder a relative one means nothing."""
+    path = sealed.absolute(suite.path)
     return dataclasses.replace(
-        suite, path=sealed.absolute(suite.path), baseline_path=sealed.absolute(suite.baseline_path),
+        suite, path=path, baseline_path=sealed.absolute(suite.baseline_path),
         include_path=None if suite.include_path is None else sealed.absolute(suite.include_path),
-        model=_absolute_model_paths(suite.model))
-
-
-def _absolute_model_paths(m: dict[str, Any]) -> dict[str, Any]:
-    """The suite's model settings with a tokenizer or adapter written as a path (``./tok``) made
-    absolute; a hub id (``org/tok``) stays one, and is never read from a folder of that name."""
-    out = dict(m)
-    if isinstance(out.get("tokenizer"), str) and sealed.is_path(out["tokenizer"]):
-        out["tokenizer"] = str(sealed.absolute(out["tokenizer"]))
-    extra = dict(out.get("model_args") or {})
-    for key in _PATH_ARGS:
-        if isinstance(extra.get(key), str) and sealed.is_path(extra[key]):
-            extra[key] = str(sealed.absolute(extra[key]))
-    if extra:
-        out["model_args"] = extra
-    return out
-
-
-# model_args that name a folder or a hub repository (lm-eval's HFLM: tokenizer, peft, delta).
-_PATH_ARGS = ("tokenizer", "peft", "delta")
+        model=absolute_model_paths(suite.model, path.parent))
 
 
 def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revision: str | None,
@@ -274,6 +258,7 @@ def _run(suite: Suite, model: str, local: Path | None, out_dir: Path, *, revisio
             suite_hashed=suite.hashed,
             datasets=dict(sorted(pins.used.items())),
             tokenizer_files=tokenizer_files(_tokenizer(settings)),
+            model_arg_files=model_arg_files(suite.model),
         )
         write_json_atomic(produced / MANIFEST_NAME, asdict(manifest))
         try:

@@ -51,11 +51,6 @@ def absolute(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.normpath(origin() / Path(path).expanduser()))
 
 
-def is_path(value: str) -> bool:
-    """A model argument written as a path (``./x``, ``../x``, ``/x``, ``~/x``), not a hub id."""
-    return value.startswith(("./", "../", "/", "~")) or value in (".", "..") or "\\" in value
-
-
 def repositories(*paths: str | os.PathLike[str]) -> list[Path]:
     """The checkouts a pull request can write: the git work tree around the working folder and
     around each of ``paths`` (the suite's folder), and ``$GITHUB_WORKSPACE``."""
