@@ -28,10 +28,11 @@ RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/requirements-r
  && rm /tmp/requirements-runtime.txt
 
 # git: on pull requests the action reads the baseline and the policy at the PR's base commit
-# (gatekeeper/baseline/gitbase.py). Debian's git is security-patched in place, so it is not pinned.
+# (gatekeeper/baseline/gitbase.py); git-lfs: the trusted fork gate reads a PR head's checkpoint
+# from git objects (model-commit), whose weights are LFS objects. Debian's git is security-patched in place, so it is not pinned.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git \
+ && apt-get install -y --no-install-recommends git git-lfs \
  && rm -rf /var/lib/apt/lists/*
 
 COPY pyproject.toml README.md /tmp/gatekeeper-src/

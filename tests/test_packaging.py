@@ -29,7 +29,7 @@ OWN_WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 EXPECTED_INPUTS = {
     "command", "suite", "model", "revision", "baseline", "candidate", "out", "github-token",
     "comment", "fail-on", "allow-forks", "promote-on-green", "pr-number", "bootstrap", "mlflow-tracking-uri",
-    "sequential", "reason",
+    "sequential", "reason", "model-commit", "model-roots", "advisory", "fork-workflow",
 }
 EXPECTED_OUTPUTS = {"verdict", "regressions", "report-json", "comment-url", "sequential-next", "sequential-done"}
 ENTRYPOINT = ["python", "-m", "gatekeeper.action"]
@@ -291,7 +291,8 @@ def test_example_workflow_has_least_privilege_and_no_races(path):
     perms = doc.get("permissions")
     assert isinstance(perms, dict) and perms, "explicit top-level permissions, never the default token"
     assert all(v in ("read", "write", "none") for v in perms.values())
-    assert "pull_request_target" not in doc["on"], "never run a PR's checkpoint with a write token"
+    if "pull_request_target" in doc["on"]:  # the trusted fork gate: never a PR's code with a write token
+        _pull_request_target_reads_the_head_as_data(doc)
     assert doc.get("concurrency", {}).get("group"), "a concurrency group stops two runs racing"
     for job in workflow_jobs(doc).values():
         assert "permissions" not in job or job["permissions"] != "write-all"
@@ -303,9 +304,28 @@ def test_example_workflow_has_least_privilege_and_no_races(path):
     if promotes:
         assert doc["concurrency"]["cancel-in-progress"] is False
         assert "baseline" in doc["concurrency"]["group"]
-    comments = any(str(s.get("with", {}).get("comment", "auto")) != "never" for s in steps)
-    if comments and perms.get("contents") != "write":
-        assert perms.get("pull-requests") == "write" or perms.get("issues") == "write"
+    for job in workflow_jobs(doc).values():
+        mine = [s for s in job.get("steps") or [] if str(s.get("uses", "")).startswith(ACTION_REF.split("@")[0])]
+        comments = any(str(s.get("with", {}).get("comment", "auto")) != "never" for s in mine)
+        granted = {**perms, **(job.get("permissions") or {})}
+        if comments and granted.get("contents") != "write":
+            assert granted.get("pull-requests") == "write" or granted.get("issues") == "write"
+
+
+def _pull_request_target_reads_the_head_as_data(doc: dict) -> None:
+    """pull_request_target runs the default branch's file with a write token: allowed only where
+    the PR's checkpoint is read from git objects (model-commit) by a job that checks out the base
+    commit, holds a read-only token, no secrets, and waits for a maintainer (an environment)."""
+    for job in workflow_jobs(doc).values():
+        steps = job.get("steps") or []
+        mine = [s for s in steps if str(s.get("uses", "")).startswith(ACTION_REF.split("@")[0])]
+        checkout = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@")]
+        assert checkout and all("pull_request.base.sha" in str(s.get("with", {}).get("ref")) for s in checkout)
+        evaluates = [s for s in mine if str(s.get("with", {}).get("command", "gate")) in ("gate", "run")]
+        if evaluates:
+            assert all("pull_request.head.sha" in str(s["with"].get("model-commit")) for s in evaluates)
+            assert job.get("permissions") == {"contents": "read"} and job.get("environment")
+            assert "secrets." not in json.dumps(job)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
