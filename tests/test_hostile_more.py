@@ -204,10 +204,13 @@ def test_policy_flags_out_of_range_name_the_flag(flags: list[str], needle: str, 
 
 
 @pytest.mark.parametrize("setting, needle", [
-    ("resamples: 200000000", "resamples must be between 100 and 1,000,000"),
-    ("resamples: .inf", "float infinity"),
-    ("alpha: 1.0e-300", "alpha must be between 1e-06 and 0.5"),
-    ("alpha: 0.7", "alpha must be between 1e-06 and 0.5"),
+    # The suite schema's checks and messages, with the file and line (issue #58).
+    ("resamples: 200000000", "policy.yaml:1: resamples: must be <= 1000000, got 200000000"),
+    ("resamples: .inf", "policy.yaml:1: resamples: expected integer, got inf"),
+    ("alpha: 1.0e-300", "policy.yaml:1: alpha: must be >= 1e-06, got 1e-300"),
+    ("alpha: 0.7", "policy.yaml:1: alpha: must be <= 0.5, got 0.7"),
+    ("rules:\n  - {metric: acc, gate: \"false\"}", "policy.yaml:2: rules[0].gate: expected true or false, got 'false'"),
+    ("group_share: half", "policy.yaml:1: group_share: expected number, got 'half'"),
 ])
 def test_policy_file_values_out_of_range_name_the_file(setting: str, needle: str, tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"

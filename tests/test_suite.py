@@ -227,7 +227,7 @@ def test_policy_rounding_and_test_mode_defaults_and_values(tmp_path: Path) -> No
     assert "deprecated" in policy.warnings[0] and "non-inferiority" in policy.warnings[0]
     # a plain policy file takes the same keys
     pol = tmp_path / "policy.yaml"
-    pol.write_text("rounding: 2e-6\ntest: noninferiority\n")
+    pol.write_text("rounding: 2.0e-6\ntest: noninferiority\n")
     assert (load_policy(pol).rounding, load_policy(pol).test) == (2e-6, "inferiority")
 
 
@@ -251,9 +251,11 @@ def test_policy_rounding_and_test_are_validated_with_lines(tmp_path: Path, line:
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
-        ("rounding: 0.01\n", r"policy\.yaml: rounding must be between 0 and 0\.001 .*got 0\.01"),
+        ("rounding: 0.01\n", r"policy\.yaml:1: rounding: must be <= 0\.001, got 0\.01"),
         ("rounding: .nan\n", r"policy\.yaml: rounding must be between 0 and 0\.001"),
-        ("test: superior\n", r"policy\.yaml: test must be one of superiority, inferiority, non-inferiority, got 'superior'"),
+        ("test: superior\n", r"policy\.yaml:1: test: expected one of 'superiority', .*got 'superior'"),
+        ("rounding: 2e-6\n", r"policy\.yaml:1: rounding: expected a number .*written with a dot .*got .2e-6."),
+        ("policy:\n  alpha: 0.05\nextra: 1\n", r"policy\.yaml:3: extra: unknown key in a policy file"),
     ],
 )
 def test_policy_file_rounding_and_test_errors_name_the_file(tmp_path: Path, text: str, pattern: str) -> None:

@@ -314,9 +314,44 @@ def read_policy_file(path: str | Path) -> tuple[Policy, Suite | None]:
     if isinstance(data, dict) and "tasks" in data:
         suite = load_suite(path)
         return suite.policy, suite
-    if isinstance(data, dict) and "policy" in data:
+    _, root = load_yaml_bounded(text)
+    nested = isinstance(data, dict) and "policy" in data
+    found = sorted(set(_policy_errors(data, root, nested)))
+    if found:
+        raise GateError("\n".join(_fmt(path, line, where, msg) for line, where, msg in found))
+    if nested:
         data = data["policy"]
     return Policy.from_dict(data or {}, where=str(path)), None
+
+
+def _policy_errors(data: Any, root: yaml.Node | None, nested: bool) -> list[tuple[int, str, str]]:
+    """A policy file checked against the suite schema's ``policy`` (the same types and messages
+    as in a suite: ``gate: "false"`` is an error, never a gated metric); ``nested``: the file
+    holds ``policy:`` at its top, else it is the policy mapping itself."""
+    from jsonschema import Draft202012Validator
+
+    schema = _schema()
+    if nested:
+        if set(data) != {"policy"}:
+            extra = sorted(str(k) for k in set(data) - {"policy"})
+            return [(line_of(root, (extra[0],), key_line=True), extra[0],
+                     "unknown key in a policy file (it holds policy: only, or the policy's own keys)")]
+        doc, to_root = data, root
+    else:  # the file is the policy: seen as if under policy:, its keys named as written
+        doc = {"policy": data if data is not None else {}}
+        to_root = yaml.MappingNode("tag:yaml.org,2002:map", [(yaml.ScalarNode("tag:yaml.org,2002:str", "policy"),
+                                                              root)]) if root is not None else None
+    policy_only = {"$defs": schema.get("$defs", {}), "type": "object",
+                   "properties": {"policy": schema["properties"]["policy"]}}
+    found: list[tuple[int, str, str]] = []
+    for err in Draft202012Validator(policy_only).iter_errors(doc):
+        for line, where, msg in _describe(err, to_root):
+            found.append((line, where if nested else where.removeprefix("policy").lstrip("."), msg))
+    found.extend(_duplicate_keys(root))
+    first: dict[tuple[int, str], str] = {}  # one message per key: `.inf` is not an integer, nor <= 1e6
+    for line, where, msg in sorted(found):
+        first.setdefault((line, where), msg)
+    return [(line, where, msg) for (line, where), msg in first.items()]
 
 
 # ----------------------------------------------------------------------------- parsing
