@@ -239,3 +239,20 @@ def link_leaving(path: Path, root: Path) -> str | None:
                     shown = lexical / p.relative_to(folder)
                     return shown.relative_to(base).as_posix()
     return None
+
+
+# A committed file that two branches changed: git writes both sides between conflict markers
+# (or a binary file whose merge was forced as text). Named as such, with the fix.
+_CONFLICT_MARKERS = (b"<<<<<<< ", b"\n=======", b">>>>>>> ")
+
+
+def merge_conflicted(raw: bytes) -> bool:
+    """Whether ``raw`` holds git's merge-conflict markers (a line opening with ``<<<<<<<`` and
+    one with ``>>>>>>>``)."""
+    return (raw.startswith(_CONFLICT_MARKERS[0]) or b"\n" + _CONFLICT_MARKERS[0] in raw) and (
+        b"\n" + _CONFLICT_MARKERS[2] in raw)
+
+
+def conflict_hint(path: Path) -> str:
+    return (f"it holds git merge-conflict markers (a merge of two branches that both changed it): restore one "
+            f"side from git (`git checkout --ours -- {path}` or `--theirs`), then re-run")

@@ -833,10 +833,17 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
     results = _run_for(run_dir, suite)
     current = Path(path) if path is not None else suite.baseline_path
     store.check_target(current, suite, inside=path is None)  # never read through a planted link either
+    if history:  # check everything, write last: a history that cannot take the entry stops it here
+        trend.check_readable(current, suite, "promote", inside=path is None)
     replaced = _current(suite, current)
     if log is not None and replaced is not None:  # new data on purpose: say which dataset moved, and where from
         for name, was, now in dataset_moves(replaced.provenance.manifest, results.provenance.manifest):
             log(f"promote: dataset {name}: revision {was[:7]} → {now[:7]}")
+    outdated = _outdated_anchor(current, suite, results)
+    if outdated and log is not None and anchors.anchor_path(current).is_file():
+        log(f"promote: the anchor {anchors.anchor_path(current).name} cannot be compared with this run ({outdated}): "
+            "it is dropped, and this run is the anchor from now on; to keep another reference, pin it on purpose "
+            f"(gatekeeper baseline pin RUN_DIR --suite {suite.path} --reason ...)")
     before = _against_current(results, suite, replaced)
     worse = [c for c in (before.comparisons if before is not None else [])
              if c.gated and c.verdict in ("regressed", "worse_within_margin", "inconclusive")]
@@ -855,6 +862,16 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
                           if r.key in rows else r for r in entry.rows]
         trend.append(written, entry, suite, inside=path is None)
     return written
+
+
+def _outdated_anchor(baseline: Path, suite: Suite, results: RunResults) -> str | None:
+    """``store.anchor_outdated``; None when the anchor in place cannot be read (promote replaces
+    the baseline all the same, and the gate names the damaged file)."""
+    try:
+        with trusted_code(suite.include_path, tuple(suite.task_names)):
+            return store.anchor_outdated(baseline, suite, results)
+    except GateError:
+        return None
 
 
 def _current(suite: Suite, baseline: Path) -> RunResults | None:
@@ -881,6 +898,25 @@ def _against_current(results: RunResults, suite: Suite, stored: RunResults | Non
         return None
 
 
+def _not_looks(run_dir: Path, suite: Suite) -> None:
+    """A sequential gate's folder holds looks, each a sample of the items: said at once, with the
+    run that can be stored instead (``run --complete``), not after refusing each look in turn."""
+    if not run_dir.is_dir() or (run_dir / "results.json").exists():
+        return
+    try:
+        found = complete.look_folders(run_dir)
+    except GateError:
+        return
+    if not found:
+        return
+    done = run_dir / complete.COMPLETE
+    fix = (f"store its completed run: {done}" if done.is_dir() else
+           f"complete it first (`gatekeeper run --complete {run_dir} --suite {suite.path}` evaluates the items the "
+           f"looks skipped), then store {done}")
+    raise GateError(f"{run_dir}: a sequential gate's folder ({len(found)} look(s), each a sample of the items) is "
+                    f"never a baseline; {fix}")
+
+
 def pin_anchor(suite: Suite, *, run_dir: Path | None, reason: str, who: str | None,
                path: Path | None = None, commit: str | None = None) -> Path:
     """``baseline pin``: make ``run_dir`` (None: the current baseline) the anchor, on purpose, and
@@ -897,6 +933,7 @@ def pin_anchor(suite: Suite, *, run_dir: Path | None, reason: str, who: str | No
                                 fix=f"re-record the baseline: gatekeeper baseline promote RUN_DIR --suite {suite.path}")
     else:
         results = _run_for(run_dir, suite)
+    trend.check_readable(base, suite, "pin", inside=path is None)  # check everything, write last
     written = store.pin_anchor(results, suite, baseline=path)
     model = (results.provenance.manifest or {}).get("model") or results.provenance.model_name
     model = portable_path(model) if isinstance(model, str) else None
@@ -908,6 +945,7 @@ def pin_anchor(suite: Suite, *, run_dir: Path | None, reason: str, who: str | No
 
 def _run_for(run_dir: Path, suite: Suite) -> RunResults:
     """A run that belongs to ``suite``, read for storing (no snippets)."""
+    _not_looks(Path(run_dir), suite)
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         res = load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
     # Suite hash, task set, lm-eval pin, n-shot, seeds, limit: refused before the file is touched.

@@ -38,7 +38,7 @@ import numpy as np
 
 from gatekeeper.baseline.validate import check_series, validate_document
 from gatekeeper.errors import GateError
-from gatekeeper.files import portable_path
+from gatekeeper.files import conflict_hint, merge_conflicted, portable_path
 from gatekeeper.model import HASH_CHARS, HASH_DTYPE, MetricSeries, Provenance, RunResults, SeriesKey
 from gatekeeper.results import trusted
 from gatekeeper.results.metrics import bind_function, kind_for, kind_named
@@ -258,6 +258,9 @@ def _read_document(path: Path) -> tuple[bytes, dict]:
             magic = fh.read(2)
             size = os.fstat(fh.fileno()).st_size
             if magic != _GZIP_MAGIC:
+                fh.seek(0)
+                if merge_conflicted(fh.read(1 << 20)):
+                    raise GateError(f"{path}: not a gzip'd gatekeeper {_kind(path)}: {conflict_hint(path)}")
                 raise GateError(f"{path}: not a gzip'd gatekeeper baseline")
             fh.seek(0)
             raw = _inflate(path, fh, max_inflated_bytes(size))
@@ -269,6 +272,8 @@ def _read_document(path: Path) -> tuple[bytes, dict]:
         if not raw.isascii():
             raw.decode("utf-8")  # msgspec checks the strings it builds; this checks every byte
     except UnicodeDecodeError:
+        if merge_conflicted(raw):
+            raise GateError(f"{path}: {_kind(path)} is not valid UTF-8 text: {conflict_hint(path)}") from None
         raise GateError(f"{path}: baseline is not valid UTF-8 text; {repair(path)}") from None
     try:
         doc = msgspec.json.decode(raw)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gatekeeper.baseline import anchor
 from gatekeeper.baseline import format as fmt
-from gatekeeper.compare.compat import dataset_moves
+from gatekeeper.compare.compat import check_compatible, dataset_moves
 from gatekeeper.errors import GateError
 from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock, project_root
 from gatekeeper.model import RunResults
@@ -73,7 +73,7 @@ def promote_results(results: RunResults, suite: Suite, *, path: Path | None = No
         if target.is_file():
             # Copy first, replace second: a failure at any point leaves the current baseline valid.
             _write_history(target, target.read_bytes())
-            anchor.keep_as_anchor(target, replace=_measures_otherwise(target, suite, results))
+            anchor.keep_as_anchor(target, replace=anchor_outdated(target, suite, results) is not None)
         save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
 
@@ -91,16 +91,24 @@ def pin_anchor(results: RunResults, suite: Suite, *, baseline: Path | None = Non
     return target
 
 
-def _measures_otherwise(target: Path, suite: Suite, results: RunResults) -> bool:
-    """Whether the anchor in place (else the baseline about to become it) was recorded for
-    another suite hash than the one being promoted into, or at other commits of a hub dataset
-    (``run --new-data``: other items, nothing to compare with)."""
+def anchor_outdated(target: Path, suite: Suite, results: RunResults) -> str | None:
+    """Why the anchor in place (else the baseline about to become it) cannot be compared with
+    ``results``, the run being promoted: another suite hash, other commits of a hub dataset
+    (``run --new-data``), or other items (a local data file or task edited, another lm-eval): the
+    promotion then drops it, and the promoted run is its own anchor. None when it still measures
+    the same thing."""
     current = anchor.anchor_path(target) if anchor.anchor_path(target).is_file() else target
-    provenance = fmt.read(current)[1].provenance
-    recorded = provenance.suite_hash
+    if not current.is_file():
+        return None
+    stored = fmt.read(current)[1]
+    recorded = stored.provenance.suite_hash
     if bool(recorded) and recorded != suite.hash:
-        return True
-    return bool(dataset_moves(provenance.manifest, results.provenance.manifest))
+        return f"it was recorded for another suite (hash {recorded[:12]}, now {suite.hash[:12]})"
+    moved = dataset_moves(stored.provenance.manifest, results.provenance.manifest)
+    if moved:
+        return "; ".join(f"dataset {name}: revision {was[:7]} → {now[:7]}" for name, was, now in moved)
+    errors = [d.message for d in check_compatible(stored, results) if d.severity == "error"]
+    return errors[0].split("; fix: ")[0].replace("since the baseline", "since the anchor") if errors else None
 
 
 def check_target(target: Path, suite: Suite, *, inside: bool = True) -> None:

@@ -122,8 +122,21 @@ def _num(value: Any) -> float | None:
 # ----------------------------------------------------------------------------- the file
 
 
-def read_trend(baseline: Path) -> tuple[list[TrendEntry], dict[str, Any]]:
-    """(entries oldest first, summary of older ones) of ``baseline``'s history; none yet: ([], {})."""
+# What a reader of a broken history can do besides mending it: a gate can skip the history, while
+# promote and pin must record their entry, so the file comes first (``check_readable``).
+SKIP_HINT = "or gate with --no-history"
+
+
+def check_readable(baseline: Path, suite: Suite, command: str, *, inside: bool = True) -> None:
+    """Check ``baseline``'s history before ``command`` (promote, pin) writes anything: a history
+    that cannot take the new entry must stop it while the baseline is still untouched."""
+    check_target(trend_path(baseline), suite, inside=inside)
+    read_trend(baseline, hint=f"{command} records its entry there, so mend the file first (nothing was changed)")
+
+
+def read_trend(baseline: Path, hint: str = SKIP_HINT) -> tuple[list[TrendEntry], dict[str, Any]]:
+    """(entries oldest first, summary of older ones) of ``baseline``'s history; none yet: ([], {}).
+    ``hint``: what the caller can do besides mending a broken line."""
     path = trend_path(baseline)
     if path.is_symlink():
         raise GateError(f"{path}: is a symlink; the history is a real file (replace the link with the file itself)")
@@ -137,13 +150,14 @@ def read_trend(baseline: Path) -> tuple[list[TrendEntry], dict[str, Any]]:
     lines = data.decode("utf-8", errors="replace").splitlines()
     if not lines:
         return [], {}
-    header = _json_line(path, 1, lines[0])
+    header = _json_line(path, 1, lines[0], hint)
     if header.get("format") != FORMAT or header.get("version") != VERSION:
         raise GateError(f"{path}:1: not a gatekeeper history (expected format {FORMAT!r} version {VERSION})")
     summary = header.get("summary") or {}
     if not isinstance(summary, dict):
         raise GateError(f"{path}:1: summary is not an object")
-    entries = [_entry(path, n, _json_line(path, n, line)) for n, line in enumerate(lines[1:], start=2) if line.strip()]
+    entries = [_entry(path, n, _json_line(path, n, line, hint)) for n, line in enumerate(lines[1:], start=2)
+               if line.strip()]
     return entries, summary
 
 
@@ -181,15 +195,18 @@ def _fold(summary: dict[str, Any], old: list[TrendEntry]) -> dict[str, Any]:
     return {"entries": int(summary.get("entries") or 0) + len(old), "metrics": out}
 
 
-def _json_line(path: Path, n: int, line: str) -> dict[str, Any]:
+def _json_line(path: Path, n: int, line: str, hint: str = SKIP_HINT) -> dict[str, Any]:
+    if line.startswith(("<<<<<<< ", "=======", ">>>>>>> ")):
+        raise GateError(f"{path}:{n}: a git merge-conflict marker; delete the marker lines and keep both sides' "
+                        f"entries, {hint}") from None
     try:
         value = json.loads(line, parse_constant=_no_constant)
     except _NotFinite as exc:
         raise GateError(f"{path}:{n}: {exc} is not a finite number; gatekeeper never writes one (fix or delete "
-                        "the line, or gate with --no-history)") from None
+                        f"the line), {hint}") from None
     except ValueError as exc:
         raise GateError(f"{path}:{n}: not JSON ({exc}); fix or delete that line (a merge conflict? keep both "
-                        "sides' lines), or gate with --no-history") from None
+                        f"sides' lines), {hint}") from None
     if not isinstance(value, dict):
         raise GateError(f"{path}:{n}: expected an object")
     return value

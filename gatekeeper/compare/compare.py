@@ -147,7 +147,12 @@ def compare_runs(
     anchored: list[Tested] = []
     if anchor is not None:
         _comparable(anchor, candidate, "the anchor and the candidate")
-        anchored, _ = _test_pair(anchor, candidate, group_pairs(anchor, candidate)[0], policy, seed)
+        try:
+            anchored, _ = _test_pair(anchor, candidate, group_pairs(anchor, candidate)[0], policy, seed)
+        except GateError as err:  # its items differ: the baseline's fix (promote) never moves the anchor
+            raise GateError(f"the anchor and the candidate: {str(err).split('; fix: ')[0]}; fix: the anchor "
+                            "measured other items: pin a new one on purpose (gatekeeper baseline pin --current "
+                            "--suite SUITE --reason ...)") from None
 
     family = tested + anchored
     gated_idx = [i for i, t in enumerate(family) if t.gated]
@@ -251,7 +256,11 @@ def _comparable(baseline: RunResults, candidate: RunResults, what: str) -> list:
     errors = [d.message for d in differences if d.severity == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        fix = "; pin a new anchor (gatekeeper baseline pin --current --reason ...)" if "anchor" in what else ""
+        fix = ""
+        if "anchor" in what:  # the baseline's fix (record a new one) never moves the anchor: name what does
+            errors = [e.split("; fix: ")[0].replace("since the baseline", "since the anchor") for e in errors]
+            fix = ("; fix: the anchor measured other items: pin a new one on purpose (gatekeeper baseline pin "
+                   "--current --suite SUITE --reason ...)")
         rest = ("; all: " + "; ".join(errors)) if len(errors) > 1 else ""
         raise GateError(f"{what} are not comparable: {errors[0]}{more}{fix}{rest}")
     return differences

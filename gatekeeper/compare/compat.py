@@ -627,8 +627,12 @@ def check_items_before(stored: RunResults, built: dict[str, list[tuple[str, str]
         checked += s.n
         if differ:
             cause = _DOCUMENTS_CHANGED if kinds & {"doc", "doc_id"} else "the task's target template or a !function helper"
-            if not (stored.provenance.manifest or {}).get("datasets") and kinds & {"doc", "doc_id"}:
+            # Only a manifest without the key predates them; {} means the tasks load no hub dataset.
+            if "datasets" not in (stored.provenance.manifest or {}) and kinds & {"doc", "doc_id"}:
                 cause += "; this baseline predates recorded dataset revisions"
+            elif (stored.provenance.manifest or {}).get("datasets") == {} and kinds & {"doc", "doc_id"}:
+                cause = (f"the documents of {task} changed (it loads no hub dataset: a local data file or the task's "
+                         "YAML was edited since the baseline)")
             problems.append(f"task {task}: {len(differ)} of {s.n} of the baseline's items differ from the documents "
                             f"built now in their {_kinds(kinds)} hash, the first doc_id {differ[0]}; likely cause: "
                             f"{cause}; fix: record a new baseline on purpose (gatekeeper run --new-data ..., then "

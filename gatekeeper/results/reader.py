@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import GateError
-from gatekeeper.files import TooLarge, read_limited
+from gatekeeper.files import TooLarge, conflict_hint, merge_conflicted, read_limited
 from gatekeeper.model import MetricSeries, Provenance, RunResults, SeriesKey, is_finite, is_int
 from gatekeeper.results import trusted
 from gatekeeper.results.layout import MANIFEST_NAME, find_results_file, samples_path
@@ -74,6 +74,8 @@ def _read_json(path: Path, what: str = "") -> Any:
     except OSError as exc:
         raise GateError(f"{path}: cannot read{what} ({exc.strerror})") from None
     except UnicodeDecodeError:
+        if merge_conflicted(read_limited(path, MAX_RESULTS_BYTES)):
+            raise GateError(f"{path}: not valid UTF-8 text: {conflict_hint(path)}") from None
         raise GateError(f"{path}: not valid UTF-8 text") from None
     if not text.strip():
         raise GateError(f"{path}: empty file")

@@ -69,6 +69,18 @@ def changed_paths(recorded: dict[str, str], current: dict[str, str]) -> list[str
     return sorted(p for p in set(recorded) | set(current) if recorded.get(p) != current.get(p))
 
 
+# Files a task reads its documents from, rather than code or templates it is built with.
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".arrow", ".txt", ".xml", ".gz", ".zst")
+
+
 def describe_changes(paths: list[str], limit: int = 5) -> str:
-    shown = ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-    return f"task code {shown} changed since the baseline"
+    """``data file tasks/data/x.jsonl changed since the baseline`` / ``task code tasks/utils.py
+    ...`` / both: a data edit is named as data, not as code."""
+    data = [p for p in paths if p.lower().endswith(DATA_SUFFIXES)]
+    code = [p for p in paths if p not in data]
+    parts = []
+    for label, names in (("data file", data), ("task code", code)):
+        if names:
+            shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+            parts.append(f"{label}{'s' if label == 'data file' and len(names) > 1 else ''} {shown}")
+    return " and ".join(parts) + " changed since the baseline"
