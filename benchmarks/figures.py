@@ -1,6 +1,7 @@
-"""The measured figures README.md quotes, recorded by the benchmark that measured them.
+"""The measured figures README.md (and the docs pages in ``PAGES``) quote, recorded by the
+benchmark that measured them.
 
-Every timing in README.md sits between ``<!-- fig:ID -->`` and ``<!-- /fig -->``; the text there is
+Every timing in those pages sits between ``<!-- fig:ID -->`` and ``<!-- /fig -->``; the text there is
 ``figures.json[ID]["text"]``, written by the benchmark script named in the record when it runs
 with ``--record`` (with the machine it ran on and the date). ``scripts/update_readme.py``
 rewrites those spans from figures.json, and tests/test_readme_figures.py fails when README says
@@ -20,6 +21,10 @@ from typing import Any
 
 FIGURES = Path(__file__).resolve().parent / "figures.json"
 SPAN = re.compile(r"<!-- fig:([a-z0-9_]+) -->(.*?)<!-- /fig -->", re.S)
+_ROOT = FIGURES.parent.parent
+# The pages whose timings are all recorded figures: the README and the pages it was split into.
+PAGES = tuple(_ROOT / p for p in ("README.md", "docs/statistics.md", "docs/metrics.md", "docs/cli.md",
+                                   "docs/baselines.md", "docs/scaling.md", "docs/development.md"))
 
 
 def machine() -> str:

@@ -643,11 +643,12 @@ def not_evaluated(job: Job, reason: str, suite: Suite) -> Evaluation:
     """A multi-runner workflow whose evaluation jobs failed: no judge ran, so the sticky comment
     (and the job summary) must say that this commit has no verdict, never keep an earlier
     commit's. Exit 2: the required job fails, and not as a regression."""
-    reason = escape_untrusted(" ".join((reason or "an evaluation job did not finish").split()), 300)
+    plain = " ".join((reason or "an evaluation job did not finish").split())[:300]
+    reason = escape_untrusted(plain, 300)  # the comment's markdown; the one-line headline stays plain text
     sha = job.event.head_sha or job.env.get("GITHUB_SHA", "")
     commit = f" for commit `{sha[:7]}`" if sha else ""
     link = f" ([the run]({job.run_url}))" if job.run_url else ""
-    headline = f"gatekeeper {suite.name}: not evaluated{commit.replace('`', '')}: {reason}"
+    headline = f"gatekeeper {suite.name}: not evaluated{commit.replace('`', '')}: {plain}"
     body = (f"### ⚠️ gatekeeper {suite.name}: not evaluated{commit}\n\n"
             f"{reason}{link}. No verdict was reached for this commit: an earlier verdict no longer applies. "
             "Re-run the failed jobs to gate it.")

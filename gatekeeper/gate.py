@@ -22,6 +22,7 @@ after (``compat.check_compatible``, inside ``compare_runs``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -231,6 +232,8 @@ def _resolution_preview(p: plans.Plan) -> list[str]:
     for r in p.rows:
         if r.resolves is None:
             said = r.note
+        elif not math.isfinite(r.mde):  # no drop of any size reaches significance on these items
+            said = f"cannot resolve ({r.n:,} items): no drop is caught; margin {r.margin:g} does not resolve"
         else:
             said = (f"a drop of {r.mde:.3g} is caught 4 times in 5; margin {r.margin:g} "
                     + ("resolves" if r.resolves else f"does not resolve (smallest margin about {r.smallest_margin:.3g})"))

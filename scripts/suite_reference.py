@@ -76,7 +76,7 @@ all its subtasks' items, `false` the mean of the subtask means), tested over all
 one-point loss spread over 57 subjects fails the group even when no subject fails alone. Groups,
 subtasks and the anchor comparisons are one family, the group rows first at `group_share` of alpha
 (default half; a rejected group row passes its share to its subtasks): the chance of any false alarm
-stays at `alpha` (README: How alpha is shared). A group's `metrics:` rules set the group's own margin, in the group's units, and apply to
+stays at `alpha` (docs/statistics.md: How alpha is shared). A group's `metrics:` rules set the group's own margin, in the group's units, and apply to
 its subtasks unless a rule names them; `subtasks: info` gates the group alone and shows its
 subtasks without failing on them. An MMLU-style suite:
 

@@ -62,7 +62,8 @@ def _ensure_docker() -> None:
     if _docker_answers():
         return
     if not OFFLINE_DOCKER.is_file():
-        pytest.skip(f"no Docker daemon answers, and no {OFFLINE_DOCKER} to start one (set GATEKEEPER_OFFLINE_DOCKER)")
+        pytest.skip("the container test needs a running Docker daemon (`docker info` must answer); start Docker "
+                    "and run the tests again")
     if os.geteuid() != 0:
         pytest.skip("no Docker daemon answers, and starting one needs root")
     result = _sh(["bash", str(OFFLINE_DOCKER), "start"], 900)

@@ -134,3 +134,25 @@ def test_the_documented_data_change_path_works_with_an_anchor_pinned(project: Pa
 
     gate = _gk("gate", "--suite", "gatekeeper.yaml", "--run", run_dir, "--no-history", cwd=project)
     assert gate.returncode == 0, gate.stdout[-2000:] + gate.stderr[-2000:]
+
+
+def test_compare_with_another_suites_file_names_the_suite_not_promote(project: Path) -> None:
+    other = project / "other.yaml"
+    other.write_text((project / "gatekeeper.yaml").read_text().replace("name: demo", "name: other", 1))
+    line = _one_error(_gk("compare", RUN, RUN, "--suite", other, cwd=project))
+    assert "belongs to suite 'demo', not 'other'" in line and "pass that suite's file with --suite" in line, line
+    assert "promote" not in line
+
+
+def test_group_share_with_bh_is_said_not_silently_ignored(project: Path) -> None:
+    from gatekeeper.suite.suite import load_policy, load_suite
+
+    suite = project / "gatekeeper.yaml"
+    suite.write_text(suite.read_text().replace("  correction: holm\n", "  correction: bh\n  group_share: 0.3\n"))
+    (warning,) = load_suite(suite).policy.warnings
+    assert "group_share is ignored with correction: bh" in warning
+    policy = project / "policy.yaml"
+    policy.write_text("correction: bh\ngroup_share: 0.3\n")
+    assert "group_share is ignored with correction: bh" in load_policy(policy).warnings[0]
+    policy.write_text("correction: bh\n")
+    assert load_policy(policy).warnings == []

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gatekeeper.model import SeriesKey
 from gatekeeper.suite import suite as suite_module
 from gatekeeper.suite.scaffold import workflow_text
 from gatekeeper.suite.suite import field_hashing, load_suite, suite_hash
@@ -56,7 +57,10 @@ def test_init_writes_a_suite_that_gates_for_real(project: Path, tmp_path: Path) 
     assert suite.name == "my-project" and suite.task_names == ["demo_mc", "demo_arith_gen", "demo_synth_ppl", "my_qa"]
     gated = {(r.task, r.metric, r.filter): r.margin for r in suite.policy.rules if r.gate and r.margin is not None}
     assert gated == {("demo_mc", "acc", "*"): 0.02, ("demo_arith_gen", "exact_match", "strict-match"): 0.02,
-                     ("demo_synth_ppl", "word_perplexity", "*"): 0.0, ("my_qa", "acc", "*"): 0.02}
+                     ("demo_synth_ppl", "word_perplexity", "*"): 0.0}
+    # The template task's 3 items resolve no margin: informational until its data is the user's (#58).
+    assert suite.policy.lookup(SeriesKey("my_qa", "none", "acc"))[1] is False
+    assert "replace `gate: false` by `margin: 0.02`" in (project / "gatekeeper.yaml").read_text()
 
     base, bad, fine = (str(ROOT / "examples" / "checkpoints" / n) for n in ("base", "regressed", "harmless"))
     first = _gk("gate", "--suite", "gatekeeper.yaml", "--model", base, "--record-missing", cwd=project)

@@ -36,8 +36,10 @@ def test_readme_demo_blocks_are_what_the_code_prints():
     assert out.markdown.startswith("### ❌ gatekeeper demo: 2 regressions")
     expected = script.render_readme(readme, out)
     assert readme == expected, f"README.md's demo output is stale: {FIX}"
+    page = script.REPORT_PAGE.read_text(encoding="utf-8")
+    assert page == script.render_report_page(page, out), f"docs/report.md's demo report is stale: {FIX}"
     # the blocks hold the output whole, not an excerpt
-    assert f"```\n{out.terminal}\n```" in readme and f"```markdown\n{out.markdown}\n```" in readme
+    assert f"```\n{out.terminal}\n```" in readme and f"```markdown\n{out.markdown}\n```" in page
 
 
 def test_check_mode_names_the_fix_when_readme_drifts(tmp_path, monkeypatch, capsys):

@@ -156,3 +156,22 @@ def test_a_group_s_dataset_names_the_tasks_that_load_another(tmp_path: Path) -> 
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert ("tasks g: dataset 'json' applies to each of the group's tasks, and g_c (org/other) load another"
             in proc.stderr), proc.stderr
+
+
+def test_an_override_whose_file_lacks_a_column_names_the_task_the_file_and_the_column(tmp_path: Path) -> None:
+    """Issue #58: a `dataset:` override whose file lacks a field the prompt uses ended in jinja's
+    `UndefinedError: 'question' is undefined`."""
+    project = _project(tmp_path, "data/arith.jsonl")
+    rows = [json.loads(x) for x in (project / "tasks/data/arith.jsonl").read_text().splitlines()[:20]]
+    (project / "other.jsonl").write_text("".join(json.dumps({"q": r.pop("question"), **r}) + "\n" for r in rows))
+    (project / "gatekeeper.yaml").write_text(SUITE + "    dataset: {path: json, kwargs: {data_files: {test: other.jsonl}}}\n")
+    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
+                           str(ROOT / "examples" / "checkpoints" / "base"), "--dry-run", "--record-missing"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert ("tasks json_arith: dataset: the data file(s) other.jsonl of this override lack the column 'question'"
+            in line), line
+    assert "UndefinedError" not in line

@@ -257,6 +257,9 @@ def test_a_failed_evaluation_job_replaces_the_earlier_verdict_in_the_comment(
     assert reason in body.replace("\\", "") and "✅" not in body and "https://github.example/" in body
     summary = (ws.parent / "summary.md").read_text(encoding="utf-8")
     assert "not evaluated" in summary and reason in summary.replace("\\", "")
+    # The one-line forms (the ::error:: annotation) are plain text: no markdown escapes (#58).
+    (annotation,) = [ln for ln in last.stdout.splitlines() if ln.startswith("::error") and "not evaluated" in ln]
+    assert reason in annotation and "\\" not in annotation, annotation
     assert not (artifacts / "gatekeeper-report").exists()
 
 

@@ -179,6 +179,11 @@ def check_run_matches_suite(run: RunResults, suite: Suite, *, what: str = "run",
     suite hash, task set (the suite's tasks expanded through the run's groups), lm-eval version
     vs the pin, n-shot per task, seeds, limit, chat template. One line per difference."""
     fix = fix or f"re-run it with this suite (gatekeeper run --suite {suite.path} ...)"
+    recorded = (run.provenance.manifest or {}).get("suite_name")
+    if isinstance(recorded, str) and recorded and recorded != suite.name:
+        # Another suite's run: re-recording would not help, the --suite is the mistake.
+        raise GateError(f"{run.provenance.source}: the {what} belongs to suite {recorded!r}, not {suite.name!r} "
+                        f"({suite.path}): pass that suite's file with --suite, or run this suite")
     diffs = _run_differences(run, suite, f"the {what}")
     if diffs:
         src = run.provenance.source

@@ -21,7 +21,8 @@ def _cells(r: PlanRow) -> list[str]:
               else ("–" if r.spread_from == "none" else f"{r.test} ({r.spread_from})"))
     share = f"{r.sequential_share:.0%}" if math.isfinite(r.sequential_share) else "–"
     power = f"{r.sequential_power:.0%}" if math.isfinite(r.sequential_power) else "–"
-    return [f"{r.key.task} {r.key.metric} ({r.key.filter})", f"{r.n:,}", f"{r.margin:g}", spread, _num(r.mde),
+    mde = _num(r.mde) if r.mde != math.inf else f"cannot resolve ({r.n:,} items)"
+    return [f"{r.key.task} {r.key.metric} ({r.key.filter})", f"{r.n:,}", f"{r.margin:g}", spread, mde,
             _num(r.smallest_margin, ".2g"), _items(r.items_needed), share, power,
             {True: "yes", False: "NO", None: "–"}[r.resolves]]
 

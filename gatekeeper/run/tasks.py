@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,9 @@ def load_tasks(suite: Suite, tm: Any) -> tuple[list[Any], dict[str, tuple[Any, A
             unknown = _unknown_member(tm, spec.name)
             if unknown:
                 raise GateError(unknown) from None
+            missing = _missing_column(exc, spec)
+            if missing:
+                raise GateError(f"{suite.path}: {missing}") from None
             raise GateError(f"{suite.path}: task {spec.name!r} failed to load: {one_line(exc)}") from None
         if spec.name in loaded["groups"]:
             top.append(loaded["groups"][spec.name])
@@ -134,6 +138,22 @@ def _suite_datasets(suite: Suite, tm: Any) -> dict[str, Path]:
             out[t.name] = folder
             out.update({leaf: folder for leaf in group_datasets(tm, t.name) if leaf != t.name})
     return out
+
+
+def _missing_column(exc: BaseException, spec: Any) -> str | None:
+    """A template naming a field the documents lack (jinja's ``'country' is undefined``): with a
+    ``dataset:`` override that is almost always the override's file, so name the task, the file
+    and the column."""
+    if type(exc).__name__ != "UndefinedError":
+        return None
+    m = re.search(r"'([^']+)' is undefined", str(exc))
+    column = m.group(1) if m else str(exc)
+    if spec.dataset is None:
+        return f"task {spec.name!r}: its template uses the field {column!r}, which its documents lack"
+    files = local_data_files((spec.dataset.get("kwargs") or {}).get("data_files"))
+    where = f"the data file(s) {', '.join(files)}" if files else f"the dataset {spec.dataset.get('path')!r}"
+    return (f"tasks {spec.name}: dataset: {where} of this override lack the column {column!r}, which the task's "
+            "prompt or target uses; add it to the data (or rename it), or drop the override")
 
 
 def _with_dataset(tm: Any, spec: Any, suite: Suite) -> Any:

@@ -9,7 +9,7 @@ A policy comes from ``--policy FILE`` (a YAML file with these keys at the top le
     margin: 0.0               # default margin, in each metric's own units
     resamples: 10000
     rounding: 1e-5            # relative differences up to this are float noise, not change
-    test: superiority         # superiority | inferiority | non-inferiority (see README)
+    test: superiority         # superiority | inferiority | non-inferiority (see docs/statistics.md)
     rules:                    # first match wins; globs allowed in task/filter/metric
       - {task: arith_mc, metric: acc, margin: 0.03}
       - {task: "*", metric: acc_norm, gate: false}     # informational only
@@ -152,6 +152,14 @@ class Policy:
             return rule.where
         return self.margin_where
 
+    def note_ignored_share(self, written: bool, where: str) -> None:
+        """``group_share`` written with ``correction: bh``: BH shares no alpha among groups, so the
+        key does nothing there; said once per report, never silently."""
+        if written and self.correction == "bh":
+            self.warnings.append(f"{where}: group_share is ignored with correction: bh (the Benjamini-Hochberg "
+                                 "step-up shares no alpha between groups and their subtasks); drop it, or use "
+                                 "correction: holm")
+
     def validate(self, where: str = "policy") -> None:
         if alpha_problem(self.alpha):
             raise GateError(f"{where}: alpha {alpha_problem(self.alpha)}")
@@ -217,6 +225,7 @@ class Policy:
             )
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: resamples: .inf
             raise GateError(f"{where}: {exc}") from None
+        policy.note_ignored_share("group_share" in data, where)
         policy.validate(where)
         return policy
 

@@ -78,7 +78,10 @@ def plan(tasks: list[str], new_tasks: list[str], *, name: str, include_path: str
     for task in new_tasks:
         files[f"{include}/{task}.yaml"] = _task_template(task)
         files[f"{include}/data/{task}.jsonl"] = _data_template()
-        metrics[task] = [Metric("acc", ("none",), 0.02, "two points"), Metric("acc_norm", ("none",), -1, "")]
+        # Informational until the template's three items are replaced: no margin resolves on 3 items.
+        metrics[task] = [Metric("acc", ("none",), -1, "the template's 3 items resolve no margin: once the data is "
+                                                      "yours, replace `gate: false` by `margin: 0.02` (two points)"),
+                         Metric("acc_norm", ("none",), -1, "")]
     files["gatekeeper.yaml"] = _suite_text(name, include, every, metrics)
     if workflow:
         files[".github/workflows/gatekeeper.yml"] = workflow_text(
@@ -176,7 +179,8 @@ def _suite_text(name: str, include: str | None, tasks: list[str], metrics: dict[
         for m in metrics[task]:
             where = "" if m.filters == ("none",) or len(m.filters) > 1 else f", filter: {_q(m.filters[0])}"
             if m.margin < 0:
-                lines.append(f"      - {{metric: {_q(m.metric)}, gate: false}}")
+                note = f"   # {m.note}" if m.note else ""
+                lines.append(f"      - {{metric: {_q(m.metric)}, gate: false}}{note}")
                 continue
             if len(m.filters) > 1:  # gate the first filter; the others are informational
                 lines.append(f"      - {{metric: {_q(m.metric)}, filter: {_q(m.filters[0])}, margin: {m.margin:g}}}"

@@ -29,7 +29,7 @@ import yaml
 
 from gatekeeper.errors import GateError
 from gatekeeper.suite.policy import DEFAULT_ROUNDING, Policy, Rule
-from gatekeeper.yamlsafe import YAMLLimitError, line_of, load_yaml_bounded, path_str, read_bounded
+from gatekeeper.yamlsafe import YAMLLimitError, line_of, load_yaml_bounded, node_at, path_str, read_bounded
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "suite.schema.json"
 
@@ -525,6 +525,8 @@ def _policy(doc: dict, path: Path, root: yaml.Node | None = None) -> Policy:
                     sequential_looks=(p["sequential"] or {}).get("looks"),
                     info_subtasks=frozenset(t["name"] for t in doc["tasks"] if t.get("subtasks") == "info"))
     policy.validate(f"{path}: policy")
+    key = node_at(root, ("policy", "group_share"))[0]
+    policy.note_ignored_share(getattr(key, "value", None) == "group_share", f"{path}: policy")
     return policy
 
 
