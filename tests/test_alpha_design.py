@@ -108,3 +108,79 @@ def test_the_suite_may_set_the_share_and_the_report_says_how_alpha_was_shared() 
     assert row.p_adjusted == pytest.approx(min(1.0, row.p_value / 0.8))
     plain = compare_runs(run(series("t", "acc", [1.0, 0.0] * 50)), run(series("t", "acc", [1.0, 0.0] * 50)), Policy())
     assert plain.design == "holm correction over 1 gated metrics"
+
+
+# ----------------------------------------------------------------------------- Tarone with mid-p (#56)
+
+
+def _size(test, level: float) -> float:
+    """The conditional size, given the row's flips, of the row's McNemar test at ``level``: the
+    probability under H0 that it rejects (Binomial(flips, 1/2) beyond its threshold)."""
+    from scipy.special import bdtrc
+
+    flips = test.counts[1] + test.counts[2]
+    if flips == 0 or level <= 0:
+        return 0.0
+    k = np.arange(flips + 1)
+    exact = bdtrc(k - 1, flips, 0.5)
+    p = exact if test.test == "mcnemar-exact" else 0.5 * (exact + bdtrc(k, flips, 0.5))
+    reject = np.flatnonzero(p <= level)
+    return float(exact[reject[0]]) if reject.size else 0.0
+
+
+def _corner_bound(flips: int, *, before: bool) -> float:
+    """The suite's false-alarm bound on a harmless change, exact given the flips: the sum over
+    gated rows of each test's conditional size at the share it starts with (the procedure's
+    first rejection is at those shares, so this bounds the chance of any)."""
+    from unittest import mock
+
+    from benchmarks.tarone_corner import corner_pair
+    from gatekeeper.compare import compare
+
+    pair = corner_pair(np.random.default_rng(5600 + flips), flips)
+    if before:
+        with mock.patch.object(compare, "_exact_where_midp_exceeds", lambda family, *a: family):
+            out = compare_runs(*pair, Policy(alpha=ALPHA))
+    else:
+        out = compare_runs(*pair, Policy(alpha=ALPHA))
+    return sum(_size(c.test, ALPHA * c.share) for c in out.comparisons if c.gated)
+
+
+@pytest.mark.parametrize("flips", [14, 10])
+def test_tarone_with_mid_p_holds_alpha_given_the_flips_in_its_worst_corner(flips: int) -> None:
+    """47 subjects of 100 items with exactly ``flips`` flips and 10 with 2: Tarone admits the 47
+    at shares mid-p's smallest value just reaches, where mid-p rejects up to twice as often
+    (before: 6.4% of harmless suites failed at 14 flips). Each row whose share lies there is now
+    tested exactly, so the bound (exact, given the flips) is at most alpha."""
+    before, after = _corner_bound(flips, before=True), _corner_bound(flips, before=False)
+    print(f"{flips} flips: false-alarm bound {before:.4f} before, {after:.4f} after")
+    assert after <= ALPHA < before
+
+
+def test_the_corner_by_simulation_through_the_gate() -> None:
+    """The same corner (14 flips) by fixed-seed simulation of the gate's verdicts: at most alpha
+    within Monte Carlo error (benchmarks/tarone_corner.py runs 1,800 and the other scenarios)."""
+    from benchmarks.tarone_corner import corner_pair
+
+    rng = np.random.default_rng(5611)
+    sims = 100
+    failed = sum(compare_runs(*corner_pair(rng, 14), Policy(alpha=ALPHA)).verdict == "fail" for _ in range(sims))
+    assert failed / sims <= ALPHA + 2 * _se(ALPHA, sims), failed
+
+
+def test_plan_gives_each_row_the_share_the_gate_tests_it_at() -> None:
+    """Issue #56: plan built the design without the flips' minimum p (no Tarone step), so every
+    subject sat at alpha·share/57 in plan while the gate tested the admitted subjects at
+    alpha·share/K. Planned against the candidate itself (the flips measured), plan's level is the
+    gate's starting share for every row, and so is the MDE the gate prints (plan's)."""
+    from gatekeeper.compare.plan import plan
+
+    base, cand = group_pair(np.random.default_rng(5620), np.zeros(N))
+    gate = {c.key: c for c in compare_runs(base, cand, Policy(alpha=ALPHA)).comparisons if c.gated}
+    planned = plan(base, Policy(alpha=ALPHA), suite="mmlu", against=cand, simulate=False)
+    held = min(c.share for c in gate.values() if c.share > 0)
+    admitted = [c for c in gate.values() if 0 < c.share < 0.5 and not c.key.task == "mmlu"]
+    assert 0 < len(admitted) < N, "the corner the test needs: Tarone admits some subjects, not all"
+    for row in planned.rows:
+        share = gate[row.key].share or held  # a row that starts with none: at the smallest share held
+        assert row.level == pytest.approx(ALPHA * share), row.key

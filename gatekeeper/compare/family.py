@@ -90,8 +90,17 @@ def _reachable(min_p: np.ndarray, budget: float) -> np.ndarray:
     """Which of the rows sharing ``budget`` get a share (Tarone 1990): the smallest K such that at
     most K rows can reach ``budget / K`` at all; those rows share it, the others start with none
     (they could never be rejected at their share: a subject of 100 items with 4 flipped ones has
-    no p-value below 1/32). Valid because each McNemar test conditions on its number of flipped
-    items, which decides ``min_p`` and is all the choice uses; at least one row always shares."""
+    no p-value below 1/32); at least one row always shares.
+
+    What holds: each McNemar test conditions on its number of flipped items, which decides
+    ``min_p`` and is all the choice uses, so the choice is fixed given the flips. A share chosen
+    this way lies just above mid-p's smallest value, where mid-p rejects more often than the share
+    (up to twice); the gate therefore tests each row whose starting share lies where mid-p exceeds
+    it with the exact conditional p-value (``compare._exact_where_midp_exceeds``). Every row is
+    then valid at its starting share, and the shares add to alpha, so a harmless change (every
+    hypothesis true) fails the suite at most alpha of the time given the flips. After a true
+    rejection passes shares on, the rows that kept mid-p are as valid as mid-p is (close to the
+    level on average), as in plain Holm."""
     k = 1
     while k < min_p.size and np.count_nonzero(min_p <= budget / k) > k:
         k += 1

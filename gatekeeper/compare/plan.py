@@ -35,7 +35,7 @@ from gatekeeper.compare.compare import compare_runs
 from gatekeeper.compare.outcome import REGRESSED, Comparison, Outcome
 from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
 from gatekeeper.compare.verdict import mde as rule_mde
-from gatekeeper.model import RunResults, SeriesKey
+from gatekeeper.model import MetricSeries, RunResults, SeriesKey
 from gatekeeper.results import groups
 from gatekeeper.suite.policy import Policy
 
@@ -96,19 +96,51 @@ def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResult
     pooled = _with_groups(baseline, metrics)
     gated = [k for k in sorted(pooled.series, key=str) if lookup(k)[1]]
     leaves = {gm.key: gm.leaves for gm in metrics}
+    paired, problem = _paired(pooled, _with_groups(against, metrics), policy, gated) if against is not None else ({}, "")
+    # The gate's own design: Tarone's admission from each right/wrong row's expected flips, so a
+    # row's MDE is at the share the gate tests it at (a row that starts with none: at the smallest
+    # share held, as the gate shows it).
+    min_p = [_expected_min_p(pooled.series[k], paired.get(k), flip_rate) if policy.test == "superiority" else 0.0
+             for k in gated]
     design = family.design([family.Row(k, 0, leaves.get(k, ())) for k in gated], baseline.parents,
-                           policy.group_share, "none" if policy.test == "non-inferiority" else policy.correction)
+                           policy.group_share, "none" if policy.test == "non-inferiority" else policy.correction,
+                           min_p, policy.alpha)
     if policy.correction in ("holm", "bonferroni") and policy.test != "non-inferiority":
-        levels = [policy.alpha * w for w in design.graph.weights]
+        weights = design.graph.weights
+        floor = float(weights[weights > 0].min()) if (weights > 0).any() else 1.0
+        levels = [policy.alpha * (w if w > 0 else floor) for w in weights]
     else:
         levels = [policy.alpha / max(1, len(gated)) if policy.correction != "none" else policy.alpha] * len(gated)
-    paired, problem = _paired(pooled, _with_groups(against, metrics), policy, gated) if against is not None else ({}, "")
     rng = np.random.default_rng(seed)
     rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks if simulate else 0, rng,
                          _leaf_sizes(baseline, leaves.get(k), k)), group=k in group_keys)
             for k, level in zip(gated, levels, strict=True)]
     return Plan(suite, rows, looks, policy.alpha, against_name if against is not None else None,
                 _suite_share(rows), problem)
+
+
+def _expected_min_p(s: MetricSeries, paired: Comparison | None, flip_rate: float | None) -> float:
+    """The smallest p-value a right/wrong row's McNemar test is expected to reach: 0.5^(flips+1)
+    at the flip share ``_row`` uses (given, measured on a second run, else assumed); 0 for any
+    other test (what ``compare._min_p`` gives the gate's rows)."""
+    if not (s.kind == "mean" and s.clusters is None and _is_binary(s.values)):
+        return 0.0
+    rate, _ = _flip_share(s.n, paired, flip_rate)
+    return 0.5 ** (int(round(rate * s.n)) + 1)
+
+
+def _flip_share(n: int, paired: Comparison | None, flip_rate: float | None) -> tuple[float, str]:
+    """The share of right/wrong items flipping between harmless runs, and where it came from."""
+    if flip_rate is not None:
+        rate, source = flip_rate, "given"
+    elif paired is not None and paired.test.counts is not None:
+        c = paired.test.counts
+        rate, source = (c[1] + c[2]) / max(1, paired.test.n), "measured"
+    else:
+        rate, source = ASSUMED_FLIP_RATE, "assumed"
+    if rate < 1.0 / n:  # no flip seen: at least one item's worth, not a perfect copy
+        rate, source = 1.0 / n, ("none flipped: one item assumed" if source == "measured" else source)
+    return rate, source
 
 
 def _leaf_sizes(run: RunResults, leaves: tuple[str, ...] | None, key: SeriesKey) -> list[int] | None:
@@ -174,15 +206,7 @@ def _row(baseline: RunResults, key: SeriesKey, margin: float, level: float, pair
         n = max(1, int(round(len(leaf_sizes) ** 2 / sum(1.0 / x for x in leaf_sizes))))
         binary = True
     if binary:
-        if flip_rate is not None:
-            rate, source = flip_rate, "given"
-        elif paired is not None and paired.test.counts is not None:
-            c = paired.test.counts
-            rate, source = (c[1] + c[2]) / max(1, paired.test.n), "measured"
-        else:
-            rate, source = ASSUMED_FLIP_RATE, "assumed"
-        if rate < 1.0 / n:  # no flip seen: at least one item's worth, not a perfect copy
-            rate, source = 1.0 / n, ("none flipped: one item assumed" if source == "measured" else source)
+        rate, source = _flip_share(n, paired, flip_rate)
 
         def mde_of(size: float, margin: float) -> float:
             return mcnemar_mde(int(size), rate, margin, level, POWER)

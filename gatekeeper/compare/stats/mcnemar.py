@@ -218,3 +218,19 @@ def mde(n: int, flip_rate: float, margin: float, alpha: float, target: float = 0
         else:
             lo = mid
     return hi
+
+
+def midp_exceeds(n_discordant: int, level: float) -> bool:
+    """Whether mid-p's test at ``level`` rejects more often than ``level`` given the flips: it
+    rejects from the fewest right-to-wrong flips k* whose mid-p is at most the level, which under
+    H0 happens with probability P(X >= k*), the exact tail; at levels just above mid-p's smallest
+    values that is up to twice the level."""
+    if n_discordant == 0 or level <= 0:
+        return False
+    from scipy.special import bdtrc
+
+    k = np.arange(n_discordant + 1)
+    exact = bdtrc(k - 1, n_discordant, 0.5)  # P(X >= k)
+    midp = 0.5 * (exact + bdtrc(k, n_discordant, 0.5))
+    reject = np.flatnonzero(midp <= level)
+    return bool(reject.size) and float(exact[reject[0]]) > level
