@@ -7,9 +7,9 @@ The group design gives its subtasks' half of alpha only to those whose McNemar t
 share at all (Tarone 1990), judged on mid-p's smallest value 0.5^(flips+1). Such a share lies
 just above that value, where mid-p rejects more often than the share: given 14 flips, at
 0.025/47 = 5.3e-4 mid-p rejects at 13 or more wrong-way flips, which happens with probability
-15/2^14 = 9.2e-4. The gate now tests a right/wrong row with the exact conditional p-value when
-mid-p would exceed its starting share (``compare._exact_where_midp_exceeds``); "before" is the
-same gate with that step skipped, on the same data.
+15/2^14 = 9.2e-4. The gate now runs the design at the share of alpha that keeps the sum of the
+rows' exact conditional sizes at alpha (``compare._discreteness_scale``); "before" is the same
+gate at scale 1, on the same data.
 
 Scenarios (alpha 0.05, margin 0, the gate's verdict "fail" counted):
 - corner 14: 47 subjects of 100 items with exactly 14 flips (half each way on average: harmless)
@@ -64,7 +64,7 @@ def corner_pair(rng: np.random.Generator, flips: int, subjects: int = 47, small:
 
 def failed(pair: tuple, *, before: bool) -> bool:
     if before:
-        with mock.patch.object(compare, "_exact_where_midp_exceeds", lambda family, *a: family):
+        with mock.patch.object(compare, "_discreteness_scale", lambda *a: 1.0):
             return compare_runs(*pair, Policy(alpha=ALPHA)).verdict == "fail"
     return compare_runs(*pair, Policy(alpha=ALPHA)).verdict == "fail"
 

@@ -211,14 +211,15 @@ def link_leaving(path: Path, root: Path) -> str | None:
     """The first symlink on the way from ``root`` down to ``path``, or anywhere under ``path``
     when it is a folder (walked without following links), whose target lies outside ``root``: its
     path relative to ``root``. None when there is none. ``path`` (relative, or absolute) is taken
-    lexically; a ``path`` outside ``root`` altogether is reported as itself."""
+    lexically; a ``path`` outside ``root`` altogether is not ``root``'s to judge: None (an
+    absolute model path on the runner is the workflow's choice)."""
     base = Path(os.path.normpath(os.path.abspath(root)))
     top = os.path.realpath(base)
     lexical = Path(os.path.normpath(base / path))
     try:
         rel = lexical.relative_to(base)
     except ValueError:
-        return str(path)
+        return None
 
     def leaves(p: Path) -> bool:
         real = os.path.realpath(p)

@@ -752,9 +752,19 @@ def test_a_deleted_fork_is_refused(ws, gh, capfd):
 def test_a_fork_artifact_is_compared_on_workflow_run_but_never_on_pull_request(ws, gh, capfd):
     """The fork split: workflow_run checks out the default branch, so comparing a fork's result
     files there runs no fork code; a pull_request checkout is the fork's code (task functions)."""
-    res = act(ws, gh, capfd, "workflow_run", workflow_run_event("evil/fork"), env_over=SELF_HOSTED,
-              candidate="runs/harmless.json.gz")
+    (ws / ".github/workflows").mkdir(parents=True)
+    (ws / ".github/workflows/fork-eval.yml").write_text("name: gatekeeper fork eval\n")
+    head = commit(ws, "the evaluation workflow", ".github")  # the fork's head holds the same file
+    payload = workflow_run_event("evil/fork")
+    payload["workflow_run"].update(head_sha=head, path=".github/workflows/fork-eval.yml")
+    # Issue #55: the fork's artifact is its own writing: the eval workflow must be named ...
+    missing = act(ws, gh, capfd, "workflow_run", payload, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz")
+    assert missing["code"] == 2 and "input fork-workflow: required" in missing["out"], missing["out"][-2000:]
+    # ... and the report is advisory: shown, never a passing status
+    res = act(ws, gh, capfd, "workflow_run", payload, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz",
+              fork_workflow=".github/workflows/fork-eval.yml")
     assert res["code"] == 0 and res["outputs"]["verdict"] == "pass", res["out"][-2000:]
+    assert "Advisory: this is the fork's own run" in res["summary"] and gh.statuses == []
     pr = {"pull_request": {"number": 12, "head": {"sha": HEAD, "repo": {"full_name": "evil/fork"}},
                            "base": {"sha": BASE, "repo": {"full_name": REPO}}}}
     line = _refused(act(ws, gh, capfd, "pull_request", pr, env_over=SELF_HOSTED, candidate="runs/harmless.json.gz"))

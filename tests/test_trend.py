@@ -211,7 +211,7 @@ def test_a_deleted_anchor_the_history_remembers_is_an_error_and_a_broken_history
     path.write_text(path.read_text() + "<<<<<<< HEAD\n")  # a merge conflict left in the file
     proc = gate()  # issue #38: the guard does not depend on the history parsing (it was a silent pass)
     assert proc.returncode == 2 and "records anchor bbbbbbbbbbbb (in its last readable entry" in proc.stderr, proc.stderr
-    assert ":3: not JSON" in proc.stderr and "git checkout --" in proc.stderr
+    assert ":3: a git merge-conflict marker" in proc.stderr and "git checkout --" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     own = {**entry, "event": "promote", "anchor_id": "aaaaaaaaaaaa"}  # no anchor expected: the verdict comes out
     path.write_text(path.read_text() + json.dumps(own) + "\n")
@@ -220,7 +220,7 @@ def test_a_deleted_anchor_the_history_remembers_is_an_error_and_a_broken_history
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verdict"] == "fail"
     (warning,) = [w for w in report["warnings"] if w.startswith("history not updated")]
-    assert f"{path}:3: not JSON" in warning and "--no-history" in warning
+    assert f"{path}:3: a git merge-conflict marker" in warning and "--no-history" in warning
 
 
 def _git(cwd: Path, *args: str) -> None:

@@ -131,10 +131,12 @@ def test_a_process_that_could_differ_from_the_server_starts_cold(tmp_path: Path)
     before = _warm_runs()
     # A library reads its variables at import: another value than the server's is a fresh import.
     assert _cli(*args, HF_HOME=str(tmp_path / "hf")).returncode == 0
-    # A module in the working directory shadows the server's own import (a pull request could plant one).
+    # A module in the working directory would shadow the server's own import (a pull request could
+    # plant one): such a process starts cold, and `python -m gatekeeper` takes the working folder
+    # off sys.path before importing anything, so the planted module never runs (issue #55).
     (tmp_path / "yaml.py").write_text("raise SystemExit('the planted yaml ran')\n")
     planted = _cli(*args, cwd=tmp_path)
-    assert (planted.returncode, planted.stderr.strip().splitlines()[-1]) == (1, "the planted yaml ran")
+    assert planted.returncode == 0 and "the planted yaml ran" not in planted.stderr, planted.stderr[-2000:]
     # A process that leads its own group (a test that kills the group) is the process the test kills.
     led = subprocess.run([sys.executable, "-m", "gatekeeper", *args], cwd=ROOT, capture_output=True,
                          env=_server_env(), start_new_session=True, timeout=300)

@@ -23,7 +23,7 @@ from gatekeeper.compare.outcome import (
     failing_rows,
     flipped_items,
 )
-from gatekeeper.compare.stats.mcnemar import exact_one_sided, midp_exceeds
+from gatekeeper.compare.stats.mcnemar import conditional_sizes
 from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.compare.verdict import Tested, decide, mde, resolution_warnings
 from gatekeeper.errors import GateError
@@ -159,8 +159,8 @@ def compare_runs(
     gated_idx = [i for i, t in enumerate(family) if t.gated]
     correction = _correction(policy)
     shares = alpha_design(family, gated_idx, len(tested), candidate, policy)
-    family = _exact_where_midp_exceeds(family, gated_idx, shares, policy)
-    raw = np.array([family[i].p for i in gated_idx])
+    scale = _discreteness_scale(family, gated_idx, shares, policy)
+    raw = np.minimum(1.0, np.array([family[i].p for i in gated_idx]) / scale)
     if policy.look is not None and correction in ("holm", "bonferroni") and raw.size:
         # A sequential look: each row on the group-sequential boundary of the share of alpha it
         # holds (Maurer & Bretz 2013); the adjusted p is scaled so that adjusted < the look's
@@ -174,7 +174,9 @@ def compare_runs(
         adjusted = dict(zip(gated_idx, np.minimum(1.0, scaled).tolist(), strict=True))
     elif correction in ("holm", "bonferroni"):
         adjusted = dict(zip(gated_idx, stats.graph_adjusted(raw, shares.graph).tolist(), strict=True))
-        levels = dict(zip(gated_idx, stats.graph_levels(raw, shares.graph, policy.alpha).tolist(), strict=True))
+        # each row's level for its own p (``raw`` is p / scale: the procedure at scale x alpha)
+        levels = dict(zip(gated_idx, (scale * stats.graph_levels(raw, shares.graph, policy.alpha)).tolist(),
+                          strict=True))
     else:
         adjusted = dict(zip(gated_idx, stats.adjust_pvalues(raw, correction).tolist(), strict=True))
         levels = dict(zip(gated_idx, stats.decision_levels(raw, correction, policy.alpha).tolist(), strict=True))
@@ -194,7 +196,7 @@ def compare_runs(
     share = dict(zip(gated_idx, start.tolist(), strict=True))
     # (a row that starts with none: at the smallest share held, what it would need to be tested)
     floor = float(start[start > 0].min()) if (start > 0).any() else 1.0
-    per_alpha = {i: policy.alpha * (share.get(i, 1.0) or floor) for i in range(len(family))}
+    per_alpha = {i: scale * policy.alpha * (share.get(i, 1.0) or floor) for i in range(len(family))}
 
     decided = [decide(t, adjusted.get(i), levels.get(i, policy.alpha), per_alpha.get(i, policy.alpha), policy)
                for i, t in enumerate(family)]
@@ -248,7 +250,10 @@ def compare_runs(
         anchor=anchor,
         anchor_comparisons=anchor_comparisons,
         drifted=drifted,
-        design=family_design.describe(shares, correction, len(gated_idx)),
+        design=family_design.describe(shares, correction, len(gated_idx)) + (
+            f"; run at {scale:.3g} of alpha, so that the flipped items' discreteness (mid-p) keeps a harmless "
+            "change at alpha" if scale < 1 else ""),
+        alpha_scale=scale,
         resolution=resolution,
     )
 
@@ -404,33 +409,45 @@ def alpha_design(family: list[Tested], gated_idx: list[int], n_baseline: int, ru
     return family_design.design(rows, run.parents, policy.group_share, _correction(policy), min_p, policy.alpha)
 
 
-def _exact_where_midp_exceeds(family: list[Tested], gated_idx: list[int], shares: family_design.Design,
-                              policy: Policy) -> list[Tested]:
-    """Under the group design, each right/wrong row whose starting share of alpha falls where
-    mid-p rejects more often than that share (given its flips) is tested with the exact
-    conditional McNemar p-value instead. Tarone's rule picks shares that mid-p's smallest value
-    just reaches, which is exactly such a place (47 subjects of 14 flips at 0.025/47: mid-p
-    rejects at 13 of 14 with probability 9.2e-4, not 5.3e-4; the suite failed 6.4% of harmless
-    pairs). With every row valid at its starting level, a harmless change (the global null) fails
-    the suite at most alpha of the time given the flips (each row's size at most its share, and
-    the shares add to alpha); rows elsewhere keep mid-p's power. Without groups the design is
-    plain Holm and mid-p stays everywhere, as before."""
-    if not shares.share or policy.test != "superiority":
-        return family
-    out = list(family)
+def _discreteness_scale(family: list[Tested], gated_idx: list[int], shares: family_design.Design,
+                        policy: Policy) -> float:
+    """The factor (at most 1) the group design's alpha is scaled by so that a harmless change fails
+    the suite at most alpha of the time, given the flips. Under the complete null the procedure's
+    first rejection is at the starting shares, so the chance of any is at most the sum over rows
+    of each test's size at its starting share: a continuous test's is its share; a McNemar row's
+    is exact given its flips (``mcnemar.conditional_sizes``), and mid-p's is above the share at
+    levels just past its values. Tarone's admission picks shares just past mid-p's smallest value
+    (47 subjects of 14 flips at 0.025/47: mid-p rejects at 13 of 14, probability 9.2e-4, not
+    5.3e-4; the suite failed 6.8% of harmless pairs), so there the sum exceeds alpha and the whole
+    design is run at the largest scale x alpha that brings it back to alpha. Elsewhere mid-p's
+    excess and shortfall even out, the sum is at most alpha and nothing changes. Without groups
+    the design is plain Holm, as before: 1."""
+    if not shares.share or policy.test != "superiority" or policy.look is not None \
+            or _correction(policy) not in ("holm", "bonferroni"):
+        return 1.0
+    weights = shares.graph.weights
+    continuous, discrete = 0.0, []
     for row, i in enumerate(gated_idx):
-        t = family[i]
-        level = policy.alpha * float(shares.graph.weights[row])
-        if t.test.test != "mcnemar-midp" or t.test.counts is None or level <= 0:
+        t, w = family[i].test, float(weights[row])
+        if w <= 0:
             continue
-        _, b, c, _ = t.test.counts
-        worse, better = (b, c) if t.higher_is_better else (c, b)
-        if not midp_exceeds(b + c, level):
-            continue
-        test = replace(t.test, test="mcnemar-exact", p_worse=exact_one_sided(worse, b + c),
-                       p_better=exact_one_sided(better, b + c))
-        out[i] = replace(t, test=test, p=test.p_worse)
-    return out
+        if t.test.startswith("mcnemar") and t.counts is not None:
+            discrete.append((w, t.counts[1] + t.counts[2], t.test == "mcnemar-exact"))
+        else:
+            continuous += w
+
+    def bound(scale: float) -> float:
+        a = scale * policy.alpha
+        return continuous * a + sum(float(conditional_sizes(n, np.array([w * a]), exact)[0])
+                                    for w, n, exact in discrete)
+
+    if bound(1.0) <= policy.alpha:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(30):  # the bound rises with the scale: the largest scale it allows, to 1e-9
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if bound(mid) <= policy.alpha else (lo, mid)
+    return lo
 
 
 def _min_p(test: PairedTest) -> float:

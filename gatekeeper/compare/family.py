@@ -95,12 +95,12 @@ def _reachable(min_p: np.ndarray, budget: float) -> np.ndarray:
     What holds: each McNemar test conditions on its number of flipped items, which decides
     ``min_p`` and is all the choice uses, so the choice is fixed given the flips. A share chosen
     this way lies just above mid-p's smallest value, where mid-p rejects more often than the share
-    (up to twice); the gate therefore tests each row whose starting share lies where mid-p exceeds
-    it with the exact conditional p-value (``compare._exact_where_midp_exceeds``). Every row is
-    then valid at its starting share, and the shares add to alpha, so a harmless change (every
-    hypothesis true) fails the suite at most alpha of the time given the flips. After a true
-    rejection passes shares on, the rows that kept mid-p are as valid as mid-p is (close to the
-    level on average), as in plain Holm."""
+    (up to twice). The gate therefore bounds, given the flips, the chance that a harmless change
+    (every hypothesis true) is rejected anywhere: the sum of each row's exact size at its starting
+    share, where the procedure's first rejection happens; when that sum exceeds alpha the design
+    runs at the fraction of alpha that brings it back (``compare._discreteness_scale``). After a
+    true rejection passes shares on, the other rows are as valid as mid-p is (close to the level
+    on average), as in plain Holm."""
     k = 1
     while k < min_p.size and np.count_nonzero(min_p <= budget / k) > k:
         k += 1

@@ -87,6 +87,9 @@ class Outcome:
     drifted: list[Comparison] = field(default_factory=list)
     # How alpha was shared among the gated rows, in one line (compare/family.describe).
     design: str = ""
+    # The group design run at this share of alpha so that the flips' discreteness keeps a harmless
+    # change at alpha (``compare._discreteness_scale``); 1 almost always.
+    alpha_scale: float = 1.0
     # Each gated row's warnings that its margin is below what its items resolve (also in
     # ``warnings``), so the gate can say plan's figure instead (``compare/plan.with_plan``).
     resolution: dict[SeriesKey, list[str]] = field(default_factory=dict)

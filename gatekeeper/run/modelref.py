@@ -59,14 +59,14 @@ def _there(model: str, suite_dir: Path | None) -> str:
     return f"; the suite's folder has it: give --model {beside}, or run from {Path(suite_dir).absolute()}"
 
 
-def hub_problem(model: str, revision: str | None = None) -> str | None:
+def hub_problem(model: str, revision: str | None = None, files: tuple[str, ...] = ("config.json",)) -> str | None:
     """Why ``model`` cannot be loaded from the hub (the rest of a sentence), or None when the hub
-    (or, offline or out of reach, the Hugging Face cache) has it."""
+    (or, offline or out of reach, the Hugging Face cache, holding one of ``files``) has it."""
     from huggingface_hub import HfApi, constants
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     if constants.HF_HUB_OFFLINE or os.environ.get("TRANSFORMERS_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
-        return None if _cached(model, revision) else (
+        return None if _cached(model, revision, files) else (
             "is not in the Hugging Face cache and the hub is switched off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)")
     try:
         HfApi().model_info(model, revision=revision, timeout=_timeout())
@@ -79,17 +79,22 @@ def hub_problem(model: str, revision: str | None = None) -> str | None:
         return f"was not found on the hub ({constants.ENDPOINT}; a private model needs HF_TOKEN)"
     except Exception as exc:  # noqa: BLE001 - httpx, proxies, DNS: any failure to get an answer
         # No answer: transformers would load the cache's copy, so that decides.
-        if _cached(model, revision):
+        if _cached(model, revision, files):
             return None
         return (f"could not be looked up (the hub {constants.ENDPOINT} did not answer: {type(exc).__name__}) and "
                 "the Hugging Face cache does not hold it")
 
 
-def _cached(model: str, revision: str | None) -> bool:
+def _cached(model: str, revision: str | None, files: tuple[str, ...] = ("config.json",)) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(model, "config.json", revision=revision or "main")
-    return isinstance(found, str)
+    return any(isinstance(try_to_load_from_cache(model, name, revision=revision or "main"), str) for name in files)
+
+
+# What the cache holds of a repository a model setting names: a tokenizer repository has no
+# config.json of its own; an adapter has adapter_config.json.
+_CACHE_FILES = {"tokenizer": ("tokenizer_config.json", "tokenizer.json", "config.json"),
+                "peft": ("adapter_config.json",), "delta": ("config.json",)}
 
 
 def _timeout() -> float:
@@ -142,6 +147,6 @@ def check_model_settings(m: dict[str, Any], suite_path: Path, *, hub: bool) -> N
         if not HUB_ID.match(value) or ".." in value or "--" in value:
             raise GateError(f"{suite_path}: {key}: {value} is neither a path (write ./{value}) nor a Hugging Face "
                             f"id{hint}")
-        problem = hub_problem(value)
+        problem = hub_problem(value, files=_CACHE_FILES.get(key.rsplit(".", 1)[-1], ("config.json",)))
         if problem:
             raise GateError(f"{suite_path}: {key}: {value} is not a path, and as a hub id it {problem}{hint}")

@@ -220,17 +220,23 @@ def mde(n: int, flip_rate: float, margin: float, alpha: float, target: float = 0
     return hi
 
 
-def midp_exceeds(n_discordant: int, level: float) -> bool:
-    """Whether mid-p's test at ``level`` rejects more often than ``level`` given the flips: it
-    rejects from the fewest right-to-wrong flips k* whose mid-p is at most the level, which under
-    H0 happens with probability P(X >= k*), the exact tail; at levels just above mid-p's smallest
-    values that is up to twice the level."""
-    if n_discordant == 0 or level <= 0:
-        return False
+
+def conditional_sizes(n_discordant: int, levels: np.ndarray, exact: bool = False) -> np.ndarray:
+    """The probability under H0, given ``n_discordant`` flips, that the one-sided test (mid-p, or
+    the exact conditional one) rejects at each of ``levels``: it rejects from the fewest
+    wrong-way flips k* whose p-value is at most the level, so its size is the exact tail
+    P(X >= k*), X ~ Binomial(n, 1/2). Mid-p's is above the level at levels just past its values
+    (up to twice), the exact test's never."""
+    levels = np.asarray(levels, dtype=float)
+    if n_discordant == 0:
+        return np.zeros_like(levels)
     from scipy.special import bdtrc
 
-    k = np.arange(n_discordant + 1)
-    exact = bdtrc(k - 1, n_discordant, 0.5)  # P(X >= k)
-    midp = 0.5 * (exact + bdtrc(k, n_discordant, 0.5))
-    reject = np.flatnonzero(midp <= level)
-    return bool(reject.size) and float(exact[reject[0]]) > level
+    k = np.arange(n_discordant + 2)
+    tail = bdtrc(k - 1, n_discordant, 0.5)  # P(X >= k), k = 0..n+1 (the last one 0: never rejects)
+    tail[-1] = 0.0
+    p = tail if exact else 0.5 * (tail + bdtrc(k, n_discordant, 0.5))
+    p[-1] = 0.0
+    # p falls with k: the first k whose p is at most the level (n + 1: none, size 0)
+    first = np.searchsorted(-p, -levels, side="left")
+    return tail[np.minimum(first, n_discordant + 1)]
