@@ -46,9 +46,9 @@ def test_symmetric_changes_read_like_the_t_test(seed: int) -> None:
 def test_skewed_harmless_changes_keep_their_level_where_the_plain_bootstrap_t_did_not() -> None:
     """500 items whose harmless changes are lognormal (sigma 0.75: most items a little worse,
     a few much better; mean 0), the hard direction for a test of "worse". The gate's test keeps
-    each level within Monte Carlo error. (1,500 simulations cannot tell 0.005 from 0.006 or the two
-    tests apart: the benchmark's 12,000 and more do.)"""
-    sims, levels = 1500, np.array(small_levels.LEVELS)
+    each level within Monte Carlo error (750 simulations, fixed seed: they cannot tell 0.005
+    from 0.006 or the two tests apart; the benchmark's 12,000 and more do)."""
+    sims, levels = 750, np.array(small_levels.LEVELS)
     rng = np.random.default_rng(2026)
     before, after = np.zeros(levels.size), np.zeros(levels.size)
     for _ in range(sims):
@@ -83,7 +83,7 @@ def test_a_ratio_of_sums_keeps_its_level_where_the_permutation_did_not() -> None
     each level. The studentized test of the log-likelihoods (the means' test, mapped to the
     ratio) keeps 0.05 and 0.01 within Monte Carlo error. benchmarks/small_levels.py --ratio
     runs heavier tails and 100 to 2,000 texts."""
-    sims, levels = 1500, np.array(small_levels.LEVELS)
+    sims, levels = 750, np.array(small_levels.LEVELS)
     before, after = small_levels.ratio_rates(500, 0.75, sims, seed=3701)
     print(f"P(p < {levels}): permutation {before}, the gate's test {after}")
     for level, b, a in zip(levels[:2], before[:2], after[:2], strict=True):
@@ -124,7 +124,7 @@ def test_a_corpus_score_keeps_its_level_where_the_permutation_did_not(aggregatio
     above each level; the studentized test of the change's jackknife linearization keeps 0.05 and
     0.01 within Monte Carlo error. benchmarks/small_levels.py --corpus runs heavier tails and 100
     to 2,000 sentences."""
-    sims, levels = 1500, np.array(small_levels.LEVELS)
+    sims, levels = 750, np.array(small_levels.LEVELS)
     before, after = small_levels.corpus_rates(500, 0.75, aggregation, sims, seed=3702)
     print(f"{aggregation} P(p < {levels}): permutation {before}, the gate's test {after}")
     for level, b, a in zip(levels[:2], before[:2], after[:2], strict=True):
