@@ -2,8 +2,8 @@
 a checkpoint read from git objects, and ``python -m gatekeeper`` started in a PR's checkout.
 
 Each vector is replayed as an attacker with a pull request would. The end-to-end cases run the
-real lm-eval on the demo's base checkpoint with a suite of one task (demo_arith_gen, 225 items of
-digits, so a tokenizer whose digits swap ids changes almost every answer)."""
+real lm-eval on the demo's base checkpoint with a suite of one task (demo_arith_gen, its first 80
+items of digits, so a tokenizer whose digits swap ids changes almost every answer)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ policy: {alpha: 0.05, correction: holm, margin: 0.0}
 tasks:
   - name: demo_arith_gen
     num_fewshot: 0
+    limit: 80
     metrics:
       - {metric: exact_match, filter: strict-match, margin: 0.02}
       - {metric: exact_match, filter: flexible-extract, gate: false}
