@@ -368,3 +368,26 @@ def test_a_slow_nightly_slide_is_caught_as_early_under_the_sequential_gate() -> 
     assert None not in sequential and None not in fixed, (fixed, sequential)
     late = sum(1 for f, s in zip(fixed, sequential, strict=True) if s > f)
     assert late <= 4, (fixed, sequential)  # the same night in nearly every sequence
+
+
+def test_a_row_that_starts_with_no_share_is_not_futile_by_default() -> None:
+    """Issue #56: under the group design a subtask with too few flips among a look's items starts
+    with no share of alpha (Tarone). Its futility bound was then infinite, so it was always
+    "futile" and its task stopped at look 1, before the rest of its items could flip: a drop there
+    was never read. It is now judged at the smallest share held, as its MDE is."""
+    from gatekeeper.model import SeriesKey
+    from tests.synthetic import as_group
+
+    def acc(task: str, values: np.ndarray):
+        return replace(_series(task, values), key=SeriesKey(task, "none", "acc"))
+
+    rng = np.random.default_rng(5660)
+    t = seq.fractions(4)
+    big_b, big_c = _binary(rng, 2000, 0.0, 0.04)
+    small = (rng.random(120) < 0.7).astype(float)  # look 1 of a task whose items have not flipped yet
+    runs = [as_group(run(acc("big", b), acc("small", s)), "g") for b, s in ((big_b, small), (big_c, small))]
+    out = compare_runs(*runs, _look_policy(1, t, 0.02))
+    row = next(c for c in out.comparisons if c.key.task == "small")
+    assert row.share == 0 and row.test.counts[1] + row.test.counts[2] == 0
+    d = seq.decide(out, 1, t, ALPHA)
+    assert not d.futile[str(row.key)] and "small" not in d.done_tasks, d

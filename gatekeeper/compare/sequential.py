@@ -199,8 +199,13 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, beta: float
     # few items, and a drop within the margin must fail no more often than under the fixed gate.
     if any(c.drop_bounds[0] > c.margin for c in [*outcome.regressions, *outcome.drifted]):
         return LookDecision(look, frac, level, "fail", {})
-    # Each row's final-look level for the share of alpha it starts with: its MDE's level.
-    final = np.array([float(look_levels(t, alpha * c.share)[-1]) for c in gated])
+    # Each row's final-look level for the share of alpha it starts with: its MDE's level. A row
+    # that starts with none at this look (Tarone: too few flips among the items read so far) is
+    # judged at the smallest share held, as its MDE is: at share 0 its alternative was infinite,
+    # so it was always "futile" and its task stopped before the rest of its items could flip.
+    held = [c.share for c in gated if c.share > 0]
+    floor = min(held) if held else 1.0
+    final = np.array([float(look_levels(t, alpha * (c.share or floor))[-1]) for c in gated])
     stops = futile([c.drop for c in gated], [c.test.se for c in gated], [c.test.n for c in gated],
                    [c.margin for c in gated], frac, len(t), final, beta)
     flags = {str(c.key): bool(f) for c, f in zip(gated, stops, strict=True)}
