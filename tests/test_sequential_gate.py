@@ -163,13 +163,13 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
     """Looks of 2 shards each (run --look K/L --shard k/2), judged by gate --sequential --run after
     each wave: the same decisions, items and p-values as gate --sequential in one process; then
     run --complete gives the whole run. The harmless checkpoint: its perplexity task stops at look
-    1 (measured), so look 2's wave runs with --done, and the gate passes at look 2 of 4 (at look 3
-    before the subtasks shared half of alpha behind their group row, issue #37: the drop each is
-    designed to catch grew, so the futility bound is reached sooner)."""
+    1 (measured), so the next waves run with --done, and the gate passes at look 3 of 4. (Issue
+    #56: it passed at look 2 while a subtask with no flipped item yet held no share of alpha and
+    so counted as futile whatever its other items would show.)"""
     model = str(ROOT / "examples" / "checkpoints" / "harmless")
     waves = tmp_path / "waves"
     done = ""
-    for k in (1, 2):
+    for k in (1, 2, 3):
         for part in (1, 2):
             args = ["run", "--suite", str(SUITE), "--model", model, "--look", f"{k}/4", "--shard", f"{part}/2",
                     "--out", str(waves / f"look-{k}" / f"part-{part}")]
@@ -183,13 +183,13 @@ def test_a_sharded_workflow_runs_each_look_as_a_wave_and_the_judge_agrees_with_o
         judged = _cli("gate", "--suite", str(SUITE), "--sequential", "--run", str(waves), "--json",
                       str(tmp_path / f"wave-{k}.json"), cwd=tmp_path)
         report = json.loads((tmp_path / f"wave-{k}.json").read_text())
-        if k < 2:
+        if k < 3:
             assert judged.returncode == 0 and report["verdict"] == "continue", judged.stdout[-2000:]
             nxt = report["sequential"]["next"]
             assert nxt["look"] == k + 1 and "demo_capitals_mc" not in nxt["done"] and nxt["done"]
             done = ",".join(nxt["done"])
             assert f"gatekeeper run --look {k + 1}/4 --done {done}" in judged.stdout
-    assert judged.returncode == 0 and report["verdict"] == "pass" and report["sequential"]["stopped_at"] == 2
+    assert judged.returncode == 0 and report["verdict"] == "pass" and report["sequential"]["stopped_at"] == 3
     one = _cli("gate", "--suite", str(SUITE), "--model", model, "--sequential", "--looks", "4", "--out",
                str(tmp_path / "one"), "--json", str(tmp_path / "one.json"), cwd=tmp_path)
     assert one.returncode == 0, one.stderr[-2000:]
