@@ -177,3 +177,18 @@ def test_plan_gives_each_row_the_share_the_gate_tests_it_at() -> None:
     for row in planned.rows:
         share = gate[row.key].share or held  # a row that starts with none: at the smallest share held
         assert row.level == pytest.approx(ALPHA * share), row.key
+
+
+def test_the_conditional_size_is_the_binomial_tail_the_test_rejects_from() -> None:
+    """mcnemar.conditional_sizes against a brute-force count: the probability, under H0 given the
+    flips, that the test's p-value is at most the level (the corner: 14 flips at 5.3e-4)."""
+    from scipy.stats import binom
+
+    from gatekeeper.compare.stats.mcnemar import conditional_sizes, exact_one_sided, midp_one_sided
+
+    for n in (1, 2, 10, 14, 60):
+        levels = np.array([1e-5, 5.3e-4, 0.003, 0.0125, 0.05, 0.3])
+        for exact, one_sided in ((False, midp_one_sided), (True, exact_one_sided)):
+            brute = [sum(binom.pmf(k, n, 0.5) for k in range(n + 1) if one_sided(k, n) <= a) for a in levels]
+            assert conditional_sizes(n, levels, exact) == pytest.approx(brute, abs=1e-12), (n, exact)
+    assert conditional_sizes(14, np.array([0.025 / 47]))[0] == pytest.approx(15 / 2**14)  # the corner's excess

@@ -23,7 +23,7 @@ from gatekeeper.compare.outcome import (
     failing_rows,
     flipped_items,
 )
-from gatekeeper.compare.stats.mcnemar import conditional_sizes
+from gatekeeper.compare.stats.mcnemar import rejection_table, size_at
 from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.compare.verdict import Tested, decide, mde, resolution_warnings
 from gatekeeper.errors import GateError
@@ -432,14 +432,14 @@ def _discreteness_scale(family: list[Tested], gated_idx: list[int], shares: fami
         if w <= 0:
             continue
         if t.test.startswith("mcnemar") and t.counts is not None:
-            discrete.append((w, t.counts[1] + t.counts[2], t.test == "mcnemar-exact"))
+            if t.counts[1] + t.counts[2]:  # no flip: never rejects
+                discrete.append((w, rejection_table(t.counts[1] + t.counts[2], t.test == "mcnemar-exact")))
         else:
             continuous += w
 
     def bound(scale: float) -> float:
         a = scale * policy.alpha
-        return continuous * a + sum(float(conditional_sizes(n, np.array([w * a]), exact)[0])
-                                    for w, n, exact in discrete)
+        return continuous * a + sum(size_at(table, w * a) for w, table in discrete)
 
     if bound(1.0) <= policy.alpha:
         return 1.0

@@ -221,22 +221,33 @@ def mde(n: int, flip_rate: float, margin: float, alpha: float, target: float = 0
 
 
 
-def conditional_sizes(n_discordant: int, levels: np.ndarray, exact: bool = False) -> np.ndarray:
-    """The probability under H0, given ``n_discordant`` flips, that the one-sided test (mid-p, or
-    the exact conditional one) rejects at each of ``levels``: it rejects from the fewest
-    wrong-way flips k* whose p-value is at most the level, so its size is the exact tail
-    P(X >= k*), X ~ Binomial(n, 1/2). Mid-p's is above the level at levels just past its values
-    (up to twice), the exact test's never."""
-    levels = np.asarray(levels, dtype=float)
-    if n_discordant == 0:
-        return np.zeros_like(levels)
+def rejection_table(n_discordant: int, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(p-values, sizes) by the number of wrong-way flips k = 0..n+1 given ``n_discordant``
+    flips: the one-sided test's p-value at k (mid-p, or the exact conditional one), falling with
+    k, and its size when it rejects from k on, the exact tail P(X >= k), X ~ Binomial(n, 1/2)
+    (k = n + 1: never rejects, size 0)."""
     from scipy.special import bdtrc
 
     k = np.arange(n_discordant + 2)
-    tail = bdtrc(k - 1, n_discordant, 0.5)  # P(X >= k), k = 0..n+1 (the last one 0: never rejects)
+    tail = bdtrc(k - 1, n_discordant, 0.5)
     tail[-1] = 0.0
-    p = tail if exact else 0.5 * (tail + bdtrc(k, n_discordant, 0.5))
+    p = tail.copy() if exact else 0.5 * (tail + bdtrc(k, n_discordant, 0.5))
     p[-1] = 0.0
-    # p falls with k: the first k whose p is at most the level (n + 1: none, size 0)
-    first = np.searchsorted(-p, -levels, side="left")
-    return tail[np.minimum(first, n_discordant + 1)]
+    return p, tail
+
+
+def size_at(table: tuple[np.ndarray, np.ndarray], level: float) -> float:
+    """The size of the test of ``table`` (``rejection_table``) at ``level``: it rejects from the
+    fewest wrong-way flips whose p-value is at most the level. Mid-p's is above the level at
+    levels just past its values (up to twice), the exact test's never."""
+    p, tail = table
+    return float(tail[min(int(np.searchsorted(-p, -level, side="left")), p.size - 1)])
+
+
+def conditional_sizes(n_discordant: int, levels: np.ndarray, exact: bool = False) -> np.ndarray:
+    """``size_at`` for each of ``levels`` given ``n_discordant`` flips (0 flips: never rejects)."""
+    levels = np.asarray(levels, dtype=float)
+    if n_discordant == 0:
+        return np.zeros_like(levels)
+    table = rejection_table(n_discordant, exact)
+    return np.array([size_at(table, float(a)) for a in levels.ravel()]).reshape(levels.shape)
