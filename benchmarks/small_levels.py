@@ -2,7 +2,7 @@
 """Size of the test for continuous means at the small levels a multiplicity design uses, before
 and after (compare/stats/studentized.py).
 
-    python benchmarks/small_levels.py [--sims 4000] [--quick] [--ratio | --corpus bleu|chrf]
+    python benchmarks/small_levels.py [--sims 4000] [--quick] [--ratio | --corpus bleu|chrf | --cell SIGMA N]
     (about an hour on one core; --quick 5 min)
 
 Harmless, skewed changes: each item's change is a lognormal draw minus its mean (most items a
@@ -211,7 +211,20 @@ def main() -> int:
     ap.add_argument("--corpus", choices=("bleu", "chrf"),
                     help="a corpus score instead: the sign-swap permutation before, the studentized test of "
                          "its jackknife linearization after")
+    ap.add_argument("--cell", nargs=2, type=float, metavar=("SIGMA", "N"),
+                    help="one cell of the means' table only, with the seed the full run gives it "
+                         "(int(100 * SIGMA) + N): what docs/statistics.md quotes for that cell")
     args = ap.parse_args()
+    if args.cell:
+        sigma, n = args.cell[0], int(args.cell[1])
+        seed = int(100 * sigma) + n
+        t0 = time.perf_counter()
+        before, after = size_rates(n, sigma, args.sims, seed=seed)
+        err = " ".join(f"{_se(lv, args.sims):.4f}" for lv in LEVELS)
+        print(f"lognormal sigma {sigma}, n {n}, {args.sims} sims, seed {seed} ({time.perf_counter() - t0:.0f} s), "
+              f"P(p < {', '.join(map(str, LEVELS))}): before {' '.join(f'{r:.4f}' for r in before)} | after "
+              f"{' '.join(f'{r:.4f}' for r in after)} | Monte Carlo error {err}")
+        return 0
     if args.corpus:
         return _corpus_main(args.corpus, args.sims // 10 if args.quick else args.sims, args.quick)
     if args.ratio:
