@@ -18,14 +18,16 @@ def drop_working_folder() -> None:
     on a pull request that folder is the PR's checkout: its ``numpy/__init__.py`` would run when
     the CLI imports numpy, long before the evaluation is sealed. This package is already imported
     by then, so its own submodules still load from where it was found."""
-    here = os.path.realpath(os.getcwd())
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if not names_folder(p, here)]
 
-    def is_here(entry: str) -> bool:
-        if entry in ("", "."):
-            return True
-        try:
-            return os.path.realpath(entry) == here
-        except (OSError, ValueError):
-            return False
 
-    sys.path[:] = [p for p in sys.path if not is_here(p)]
+def names_folder(entry: str, folder: str | os.PathLike[str]) -> bool:
+    """Whether the ``sys.path`` entry ``entry`` names ``folder`` (``''`` and ``.`` always name the
+    working folder, which is what ``folder`` is where this is used)."""
+    if entry in ("", "."):
+        return True
+    try:
+        return os.path.realpath(entry) == os.path.realpath(folder)
+    except (OSError, ValueError):
+        return False

@@ -115,10 +115,10 @@ def test_the_suite_may_set_the_share_and_the_report_says_how_alpha_was_shared() 
 
 def _size(test, level: float) -> float:
     """The conditional size, given the row's flips, of the row's McNemar test at ``level``."""
-    from gatekeeper.compare.stats.mcnemar import conditional_sizes
+    from gatekeeper.compare.stats.mcnemar import rejection_table, size_at
 
     flips = test.counts[1] + test.counts[2]
-    return float(conditional_sizes(flips, np.array([level]), test.test == "mcnemar-exact")[0])
+    return size_at(rejection_table(flips, test.test == "mcnemar-exact"), level) if flips else 0.0
 
 
 def _corner_bound(flips: int, *, before: bool) -> float:
@@ -180,15 +180,16 @@ def test_plan_gives_each_row_the_share_the_gate_tests_it_at() -> None:
 
 
 def test_the_conditional_size_is_the_binomial_tail_the_test_rejects_from() -> None:
-    """mcnemar.conditional_sizes against a brute-force count: the probability, under H0 given the
+    """mcnemar's rejection table against a brute-force count: the probability, under H0 given the
     flips, that the test's p-value is at most the level (the corner: 14 flips at 5.3e-4)."""
     from scipy.stats import binom
 
-    from gatekeeper.compare.stats.mcnemar import conditional_sizes, exact_one_sided, midp_one_sided
+    from gatekeeper.compare.stats.mcnemar import exact_one_sided, midp_one_sided, rejection_table, size_at
 
     for n in (1, 2, 10, 14, 60):
-        levels = np.array([1e-5, 5.3e-4, 0.003, 0.0125, 0.05, 0.3])
+        levels = [1e-5, 5.3e-4, 0.003, 0.0125, 0.05, 0.3]
         for exact, one_sided in ((False, midp_one_sided), (True, exact_one_sided)):
             brute = [sum(binom.pmf(k, n, 0.5) for k in range(n + 1) if one_sided(k, n) <= a) for a in levels]
-            assert conditional_sizes(n, levels, exact) == pytest.approx(brute, abs=1e-12), (n, exact)
-    assert conditional_sizes(14, np.array([0.025 / 47]))[0] == pytest.approx(15 / 2**14)  # the corner's excess
+            got = [size_at(rejection_table(n, exact), a) for a in levels]
+            assert got == pytest.approx(brute, abs=1e-12), (n, exact)
+    assert size_at(rejection_table(14), 0.025 / 47) == pytest.approx(15 / 2**14)  # the corner's excess

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from gatekeeper import names_folder
 from gatekeeper.errors import GateError
 
 # Where each Hugging Face library keeps what it downloads, and the variable that moves it. The
@@ -113,7 +114,7 @@ def sealed() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="gatekeeper-sealed-"))
     safe = os.environ.get("PYTHONSAFEPATH")
     saved_path = list(sys.path)
-    sys.path[:] = [p for p in sys.path if not _is_folder(p, here)]
+    sys.path[:] = [p for p in sys.path if not names_folder(p, here)]
     os.environ["PYTHONSAFEPATH"] = "1"
     _ORIGIN.append(here)
     os.chdir(folder)
@@ -129,14 +130,3 @@ def sealed() -> Iterator[Path]:
         else:
             os.environ["PYTHONSAFEPATH"] = safe
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _is_folder(entry: str, here: Path) -> bool:
-    """``entry`` of sys.path names the working folder (``''`` always does)."""
-    if entry in ("", "."):
-        return True
-    try:
-        return os.path.realpath(entry) == os.path.realpath(here)
-    except (OSError, ValueError):
-        return False
-

@@ -242,12 +242,3 @@ def size_at(table: tuple[np.ndarray, np.ndarray], level: float) -> float:
     levels just past its values (up to twice), the exact test's never."""
     p, tail = table
     return float(tail[min(int(np.searchsorted(-p, -level, side="left")), p.size - 1)])
-
-
-def conditional_sizes(n_discordant: int, levels: np.ndarray, exact: bool = False) -> np.ndarray:
-    """``size_at`` for each of ``levels`` given ``n_discordant`` flips (0 flips: never rejects)."""
-    levels = np.asarray(levels, dtype=float)
-    if n_discordant == 0:
-        return np.zeros_like(levels)
-    table = rejection_table(n_discordant, exact)
-    return np.array([size_at(table, float(a)) for a in levels.ravel()]).reshape(levels.shape)
