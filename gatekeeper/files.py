@@ -214,7 +214,6 @@ def link_leaving(path: Path, root: Path) -> str | None:
     lexically; a ``path`` outside ``root`` altogether is not ``root``'s to judge: None (an
     absolute model path on the runner is the workflow's choice)."""
     base = Path(os.path.normpath(os.path.abspath(root)))
-    top = os.path.realpath(base)
     lexical = Path(os.path.normpath(base / path))
     try:
         rel = lexical.relative_to(base)
@@ -222,8 +221,7 @@ def link_leaving(path: Path, root: Path) -> str | None:
         return None
 
     def leaves(p: Path) -> bool:
-        real = os.path.realpath(p)
-        return real != top and not real.startswith(top.rstrip(os.sep) + os.sep)
+        return not resolves_within(p, base)
 
     step = base
     for part in rel.parts:
@@ -240,6 +238,12 @@ def link_leaving(path: Path, root: Path) -> str | None:
                     shown = lexical / p.relative_to(folder)
                     return shown.relative_to(base).as_posix()
     return None
+
+
+def resolves_within(path: Path, root: Path) -> bool:
+    """Whether ``path``, every link resolved, is ``root`` or lies under it (``root`` resolved too)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 # A committed file that two branches changed: git writes both sides between conflict markers

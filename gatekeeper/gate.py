@@ -842,18 +842,19 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
     if log is not None and replaced is not None:  # new data on purpose: say which dataset moved, and where from
         for name, was, now in dataset_moves(replaced.provenance.manifest, results.provenance.manifest):
             log(f"promote: dataset {name}: revision {was[:7]} → {now[:7]}")
-    outdated = _outdated_anchor(current, suite, results)
-    if outdated and log is not None and anchors.anchor_path(current).is_file():
-        log(f"promote: the anchor {anchors.anchor_path(current).name} cannot be compared with this run ({outdated}): "
-            "it is dropped, and this run is the anchor from now on; to keep another reference, pin it on purpose "
-            f"(gatekeeper baseline pin RUN_DIR --suite {suite.path} --reason ...)")
     before = _against_current(results, suite, replaced)
     worse = [c for c in (before.comparisons if before is not None else [])
              if c.gated and c.verdict in ("regressed", "worse_within_margin", "inconclusive")]
     if worse and log is not None:
         log("promote: this run is worse than the baseline it replaces: " + "; ".join(
             f"{c.key.task} {c.key.metric} {c.test.delta:+.4f} ({c.verdict.replace('_', ' ')})" for c in worse))
-    written = store.promote_results(results, suite, path=path)
+    def dropped(why: str) -> None:
+        if log is not None:
+            log(f"promote: the anchor {anchors.anchor_path(current).name} cannot be compared with this run ({why}): "
+                "it is dropped, and this run is the anchor from now on; to keep another reference, pin it on "
+                f"purpose (gatekeeper baseline pin RUN_DIR --suite {suite.path} --reason ...)")
+
+    written = store.promote_results(results, suite, path=path, on_dropped=dropped)
     if history:
         model = (results.provenance.manifest or {}).get("model") or results.provenance.model_name
         model = portable_path(model) if isinstance(model, str) else None
@@ -865,16 +866,6 @@ def promote_run(run_dir: Path, suite: Suite, *, path: Path | None = None, histor
                           if r.key in rows else r for r in entry.rows]
         trend.append(written, entry, suite, inside=path is None)
     return written
-
-
-def _outdated_anchor(baseline: Path, suite: Suite, results: RunResults) -> str | None:
-    """``store.anchor_outdated``; None when the anchor in place cannot be read (promote replaces
-    the baseline all the same, and the gate names the damaged file)."""
-    try:
-        with trusted_code(suite.include_path, tuple(suite.task_names)):
-            return store.anchor_outdated(baseline, suite, results)
-    except GateError:
-        return None
 
 
 def _current(suite: Suite, baseline: Path) -> RunResults | None:

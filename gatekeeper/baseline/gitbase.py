@@ -39,11 +39,18 @@ class GitRepo:
         return _git(self.root, *args, timeout=timeout, stdin=stdin)
 
 
+# Every git call: prompts off (a fetch that needs credentials fails instead of waiting), any owner.
+_GIT = ("git", "-c", "safe.directory=*", "-c", "core.quotePath=false")
+
+
+def _git_env() -> dict[str, str]:
+    return dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS="", LC_ALL="C")
+
+
 def _git(cwd: Path, *args: str, timeout: float, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS="", LC_ALL="C")
-    cmd = ["git", "-c", "safe.directory=*", "-c", "core.quotePath=false", *args]
     try:
-        return subprocess.run(cmd, cwd=cwd, input=stdin, capture_output=True, timeout=timeout, env=env, check=False)
+        return subprocess.run([*_GIT, *args], cwd=cwd, input=stdin, capture_output=True, timeout=timeout,
+                              env=_git_env(), check=False)
     except FileNotFoundError:
         raise GateError(
             f"{cwd}: git is not installed, so the pull request's base commit cannot be read; install git "
@@ -317,10 +324,9 @@ def export_folder(repo: GitRepo, sha: str, rel: str, dest: Path) -> Path:
 
 def _blob_to_file(repo: GitRepo, entry: Entry, target: Path) -> None:
     """The blob, streamed to ``target`` (weights are large); an LFS pointer smudged to its object."""
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS="", LC_ALL="C")
-    git = ["git", "-c", "safe.directory=*"]
+    env = _git_env()
     with target.open("wb") as out:
-        proc = subprocess.run([*git, "cat-file", "blob", entry.oid], cwd=repo.root, stdout=out,
+        proc = subprocess.run([*_GIT, "cat-file", "blob", entry.oid], cwd=repo.root, stdout=out,
                               stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT_S, env=env, check=False)
     if proc.returncode != 0:
         raise GateError(f"{entry.path}: cannot read blob {entry.oid[:12]} ({_stderr(proc)})")
@@ -331,7 +337,7 @@ def _blob_to_file(repo: GitRepo, entry: Entry, target: Path) -> None:
     pointer = target.read_bytes()
     with target.open("wb") as out:
         try:
-            proc = subprocess.run([*git, "lfs", "smudge", "--", entry.path], cwd=repo.root, input=pointer,
+            proc = subprocess.run([*_GIT, "lfs", "smudge", "--", entry.path], cwd=repo.root, input=pointer,
                                   stdout=out, stderr=subprocess.PIPE, timeout=FETCH_TIMEOUT_S, env=env, check=False)
         except FileNotFoundError:
             proc = None

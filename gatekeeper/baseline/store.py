@@ -10,10 +10,11 @@ replaces it and keeps the previous one under ``history/`` (names never reused). 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from gatekeeper.baseline import anchor
 from gatekeeper.baseline import format as fmt
@@ -62,7 +63,8 @@ def record_results(
     return target
 
 
-def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None) -> Path:
+def promote_results(results: RunResults, suite: Suite, *, path: Path | None = None,
+                    on_dropped: Callable[[str], Any] | None = None) -> Path:
     """Replace the working baseline; the anchor (``anchor.py``) stays: the baseline being replaced
     becomes the anchor when there is none yet, and a promotion that changes the measurement
     (another suite hash than the anchor's, or new commits of its hub datasets) drops the old anchor."""
@@ -73,7 +75,9 @@ def promote_results(results: RunResults, suite: Suite, *, path: Path | None = No
         if target.is_file():
             # Copy first, replace second: a failure at any point leaves the current baseline valid.
             _write_history(target, target.read_bytes())
-            anchor.keep_as_anchor(target, replace=anchor_outdated(target, suite, results) is not None)
+            why = anchor_outdated(target, suite, results)
+            if anchor.keep_as_anchor(target, replace=why is not None) and why is not None and on_dropped:
+                on_dropped(why)  # an anchor file was there, and it measured other items
         save_baseline(results, target, suite_name=suite.name, suite_hash=suite.hash)
     return target
 

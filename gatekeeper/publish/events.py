@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gatekeeper.errors import GateError
-from gatekeeper.files import link_leaving
+from gatekeeper.files import link_leaving, resolves_within
 
 PR_EVENTS = ("pull_request", "pull_request_target")
 # Events that can run a pull request's code (the workflow may check out its head): on a
@@ -271,13 +271,8 @@ def read_pointer(value: str, workspace: Path, *, untrusted: bool = False, roots:
         raise GateError(f"{value}: the pointer file does not name a checkpoint folder on this runner (a folder "
                         "with config.json; its text is not shown)")
     allowed = [Path(workspace), *roots]
-    if not any(_inside(target_path, r) for r in allowed):
+    if not any(resolves_within(target_path, r) for r in allowed):
         raise GateError(f"{value}: the pointer file names a checkpoint outside the workspace and outside every "
                         "model-roots folder (its text is not shown); add the checkpoints' root to the action's "
                         "model-roots input")
     return str(target_path)
-
-
-def _inside(path: Path, root: Path) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
