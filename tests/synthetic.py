@@ -14,12 +14,26 @@ def _h(*parts: object) -> str:
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
 
 
+_HASHES: dict[str, np.ndarray] = {}
+
+
+def _hashes(task: str, n: int) -> np.ndarray:
+    """The first n items' [doc, prompt, target] hashes of a task: item i's do not depend on n, so
+    one table per task, grown as needed, serves every size (simulations draw many)."""
+    have = _HASHES.get(task)
+    if have is None or have.shape[0] < n:
+        size = max(n, 0 if have is None else 2 * have.shape[0])
+        _HASHES[task] = np.array([[_h(task, i, "doc"), _h(task, i, "prompt"), _h(task, i, "target")]
+                                  for i in range(size)]).reshape(size, 3)
+    return _HASHES[task][:n]
+
+
 def series(task: str, metric: str, values, *, filter: str = "none", kind: str = "mean",
            aggregation: str = "mean", higher_is_better: bool = True, clusters=None) -> MetricSeries:
     values = np.asarray(values, dtype=object if kind == "corpus" else float)
     n = values.shape[0]
     doc_ids = np.arange(n, dtype=np.int64)
-    hashes = np.array([[_h(task, i, "doc"), _h(task, i, "prompt"), _h(task, i, "target")] for i in range(n)])
+    hashes = _hashes(task, n)
     return MetricSeries(SeriesKey(task, filter, metric), kind, aggregation, higher_is_better, doc_ids,
                         values, hashes, None, None if clusters is None else np.asarray(clusters, dtype=str))
 

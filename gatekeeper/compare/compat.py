@@ -114,15 +114,10 @@ def pair_series(
             f"{candidate.kind}/{candidate.aggregation} in candidate"
         )
     b_ids, c_ids = np.asarray(baseline.doc_ids), np.asarray(candidate.doc_ids)
-    only_b = np.setdiff1d(b_ids, c_ids)
-    only_c = np.setdiff1d(c_ids, b_ids)
-    if only_b.size or only_c.size:
-        raise GateError(
-            f"{where}: doc_ids differ: {_count_eg(only_b, 'baseline')}, {_count_eg(only_c, 'candidate')}"
-        )
-    if len(np.unique(b_ids)) != b_ids.size or len(np.unique(c_ids)) != c_ids.size:
-        raise GateError(f"{where}: duplicate doc_ids")
-    b_order, c_order = np.argsort(b_ids, kind="stable"), np.argsort(c_ids, kind="stable")
+    if np.array_equal(b_ids, c_ids) and (np.diff(b_ids) > 0).all():
+        b_order = c_order = np.arange(b_ids.size)  # the usual case: the same ids, increasing (so unique)
+    else:
+        b_order, c_order = _aligned(b_ids, c_ids, where)
     _check_hashes(
         np.asarray(baseline.hashes).reshape(-1, 3)[b_order],
         np.asarray(candidate.hashes).reshape(-1, 3)[c_order],
@@ -133,6 +128,19 @@ def pair_series(
     if clusters is not None:
         clusters = np.asarray(clusters)[c_order if candidate.clusters is not None else b_order]
     return np.asarray(baseline.values)[b_order], np.asarray(candidate.values)[c_order], clusters
+
+
+def _aligned(b_ids: np.ndarray, c_ids: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The orders that sort both runs' doc ids, which must be the same unique ids."""
+    only_b = np.setdiff1d(b_ids, c_ids)
+    only_c = np.setdiff1d(c_ids, b_ids)
+    if only_b.size or only_c.size:
+        raise GateError(
+            f"{where}: doc_ids differ: {_count_eg(only_b, 'baseline')}, {_count_eg(only_c, 'candidate')}"
+        )
+    if len(np.unique(b_ids)) != b_ids.size or len(np.unique(c_ids)) != c_ids.size:
+        raise GateError(f"{where}: duplicate doc_ids")
+    return np.argsort(b_ids, kind="stable"), np.argsort(c_ids, kind="stable")
 
 
 # ---------------------------------------------------------------- run or baseline vs the suite

@@ -191,34 +191,64 @@ def power(n: int, flip_rate: float, drop: float | np.ndarray, margin: float, alp
 
 
 def mde(n: int, flip_rate: float, margin: float, alpha: float, target: float = 0.8) -> float:
-    """Smallest true drop with ``power`` >= target (bisection; power rises with the drop).
+    """Smallest true drop with ``power`` >= target, to a twentieth of an item (power rises with
+    the drop, smoothly: it sums binomial probabilities continuous in it).
 
     The bracket starts around the normal approximation, so only the binomial counts near the
-    answer are ever evaluated (a bracket from 0 to 1 cost ~130 ms at n = 100,000). A grid of 16
-    drops per vectorized ``power`` call measured slower than this (the union of their counts is
-    wider than one drop's): ~1.5 ms per comparison at n = 1,000, once scipy.stats is not imported.
+    answer are ever evaluated (a bracket from 0 to 1 cost ~130 ms at n = 100,000); then the
+    Illinois variant of regula falsi, which keeps the bracket and needs about half the power
+    evaluations of bisection (5 to 6 instead of 11 on MMLU's subjects). A grid of 16 drops per
+    vectorized ``power`` call measured slower than either (the union of their counts is wider
+    than one drop's).
     """
     cache = np.full(n + 1, np.nan)
     top = 1.0 - flip_rate / 2
-    guess = mde_for_rule(margin, alpha, lambda d: math.sqrt((flip_rate + d) / n),
-                         lambda d: math.sqrt(max(0.0, flip_rate + d - d * d) / n), target)
-    lo, hi = 0.5 * min(guess, top), min(top, 1.5 * guess + 2.0 / n)
-    while power(n, flip_rate, hi, margin, alpha, cache) < target:
-        if hi >= top:
-            return math.inf
-        lo, hi = hi, min(top, 2 * hi)
-    if power(n, flip_rate, lo, margin, alpha, cache) >= target:
-        lo = 0.0
-    for _ in range(60):
-        if hi - lo < 0.05 / n:  # a twentieth of an item
-            break
-        mid = 0.5 * (lo + hi)
-        if power(n, flip_rate, mid, margin, alpha, cache) >= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
+    def gap(d: float) -> float:
+        return float(power(n, flip_rate, d, margin, alpha, cache)) - target
+
+    guess = min(top, mde_for_rule(margin, alpha, lambda d: math.sqrt((flip_rate + d) / n),
+                                  lambda d: math.sqrt(max(0.0, flip_rate + d - d * d) / n), target))
+    # A bracket around the guess, 10% wide (the exact answer is usually within it), widened
+    # geometrically where it is not.
+    step = 0.1 * guess + 1.0 / n
+    g = gap(guess)
+    if g >= 0:
+        hi, g_hi = guess, g
+        lo = max(0.0, guess - step)
+        g_lo = gap(lo)
+        while g_lo >= 0:
+            if lo == 0.0:
+                return 0.0
+            hi, g_hi, step = lo, g_lo, 2 * step
+            lo = max(0.0, lo - step)
+            g_lo = gap(lo)
+    else:
+        lo, g_lo = guess, g
+        hi = min(top, guess + step)
+        g_hi = gap(hi)
+        while g_hi < 0:
+            if hi >= top:
+                return math.inf
+            lo, g_lo, step = hi, g_hi, 2 * step
+            hi = min(top, hi + step)
+            g_hi = gap(hi)
+    side = 0
+    for _ in range(100):
+        if hi - lo < 0.05 / n:
+            break
+        # The secant's root, kept a sliver inside the bracket so that it always shrinks.
+        mid = min(max(lo + (hi - lo) * g_lo / (g_lo - g_hi), lo + 1e-3 * (hi - lo)), hi - 1e-3 * (hi - lo))
+        g_mid = gap(mid)
+        if g_mid >= 0:
+            hi, g_hi = mid, g_mid
+            g_lo = g_lo / 2 if side == 1 else g_lo  # Illinois: the end kept twice counts half
+            side = 1
+        else:
+            lo, g_lo = mid, g_mid
+            g_hi = g_hi / 2 if side == -1 else g_hi
+            side = -1
+    return hi
 
 
 def rejection_table(n_discordant: int, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
