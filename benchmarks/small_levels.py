@@ -2,7 +2,8 @@
 """Size of the test for continuous means at the small levels a multiplicity design uses, before
 and after (compare/stats/studentized.py).
 
-    python benchmarks/small_levels.py [--sims 4000] [--quick] [--ratio | --corpus bleu|chrf | --cell SIGMA N]
+    python benchmarks/small_levels.py [--sims 4000] [--quick]
+        [--ratio | --corpus bleu|chrf | --swap f1|mcc|nanmean | --cell SIGMA N]
     (about an hour on one core; --quick 5 min)
 
 Harmless, skewed changes: each item's change is a lognormal draw minus its mean (most items a
@@ -30,6 +31,15 @@ matched character n-grams per order) of sentences whose matches move by such a c
 proportion to their n-grams (the expected sums are unchanged, so the corpus score is): before,
 the permutation swapping the two runs' statistics within sentences; after, the gate's test (the
 calibrated bootstrap-t of the change's jackknife linearization, ``paired.jackknife_influence``).
+
+``--swap f1`` / ``--swap mcc``: the same for lm-eval's f1 and matthews_corrcoef on [gold,
+prediction] labels (``skewed_confusion_pair``: 30% positive, F1 about 0.46; true negatives become
+false positives at 6%, balanced by false negatives becoming true positives so that the score of
+the expected counts does not move), and ``--swap nanmean`` for a mean with unjudged items
+(``nanmean_pair``): before, the permutation swapping the two runs' statistics within items; after,
+the gate's test (f1, mcc: the flips' test, compare/stats/flips.py; nanmean: the studentized test
+of the judged values' sum where the same items are judged on both sides, else of the jackknife
+linearization). Then the power of both on the same data against a real drop.
 """
 
 from __future__ import annotations
@@ -196,6 +206,81 @@ def corpus_rates(n: int, sigma: float, aggregation: str, sims: int, seed: int,
     return before / sims, after / sims
 
 
+def skewed_confusion_pair(rng: np.random.Generator, n: int, aggregation: str, flip: float = 0.06,
+                          drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """[gold, prediction] of n items, before and after a harmless skewed change of a binary
+    classifier: 30% positive, the baseline finds half of them and calls 2 in 7 negatives positive
+    (F1 about 0.46). Then ``flip`` of its true negatives become false positives, balanced by as
+    many false negatives becoming true positives (a share found by bisection) as keep the score
+    (``aggregation``: f1 or matthews_corrcoef) of the expected counts where it was: the score does
+    not move, but many items flip one way and few the other. ``drop``: that share of the
+    balancing flips is withheld (a real loss)."""
+    gold = (rng.random(n) < 0.3).astype(np.int64)
+    pred = np.where(gold == 1, rng.random(n) < 0.5, rng.random(n) < 2 / 7).astype(np.int64)
+    kind = kind_named("confusion")
+    score = kind.score_fn(aggregation)
+    xb, _ = kind.unit_stats(aggregation, np.column_stack([gold, pred]), np.column_stack([gold, pred]))
+    tn, fn = (gold == 0) & (pred == 0), (gold == 1) & (pred == 0)
+
+    def expected_score(share: float) -> float:  # of the expected cells after the change
+        p_positive = np.where(tn, flip, np.where(fn, share, pred))
+        ones, zeros = (np.column_stack([gold, np.full_like(gold, v)]) for v in (1, 0))
+        x1, x0 = (kind.unit_stats(aggregation, a, a)[0] for a in (ones, zeros))
+        expected = p_positive[:, None] * x1 + (1 - p_positive[:, None]) * x0
+        return float(score(expected.sum(axis=0)[None, :])[0])
+
+    target, lo, hi = float(score(xb.sum(axis=0)[None, :])[0]), 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_score(mid) < target else (lo, mid)
+    share = lo * (1 - drop)
+    cand = pred.copy()
+    cand[tn & (rng.random(n) < flip)] = 1
+    cand[fn & (rng.random(n) < share)] = 1
+    return np.column_stack([gold, pred]), np.column_stack([gold, cand])
+
+
+def nanmean_pair(rng: np.random.Generator, n: int, sigma: float,
+                 drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Scores in [0, 1] with some unjudged (NaN) items, before and after a harmless skewed change
+    (``skewed_change``, mean 0, less ``drop``): a tenth unjudged in both runs, and 1% more
+    unjudged in each run, independently (at random, so the expected mean is unchanged)."""
+    base = rng.beta(2, 3, n)
+    cand = base + skewed_change(rng, n, sigma) - drop
+    both = rng.random(n) < 0.1
+    base[both], cand[both] = np.nan, np.nan
+    base[rng.random(n) < 0.01], cand[rng.random(n) < 0.01] = np.nan, np.nan
+    return base, cand
+
+
+def swap_permutation_p(kind: str, aggregation: str, base: np.ndarray, cand: np.ndarray) -> float:
+    """p_worse of the test before: swapping the two runs' statistics within items, the score
+    recomputed on each of 10,000 permutations (the gate's seed and +1 rule)."""
+    k = kind_named(kind)
+    xb, xc = k.unit_stats(aggregation, base, cand)
+    units = resampling.Units(xb, xc, k.score_fn(aggregation), mean_of_diff=False)
+    seed, _ = np.random.SeedSequence(0).spawn(2)
+    perm = resampling.permutation_test(units, True, RESAMPLES, seed)
+    return 1.0 if perm is None else perm.p_worse  # None: no item differs
+
+
+def swap_rates(kind: str, aggregation: str, n: int, sims: int, seed: int, sigma: float = 1.0,
+               drop: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after): P(p_worse < level) for each of LEVELS, on ``skewed_confusion_pair`` (kind
+    confusion) or ``nanmean_pair``: the swap permutation, and the gate's ``paired_test``."""
+    rng = np.random.default_rng(seed)
+    before, after = np.zeros(len(LEVELS)), np.zeros(len(LEVELS))
+    for _ in range(sims):
+        if kind == "confusion":
+            base, cand = skewed_confusion_pair(rng, n, aggregation, drop=drop)
+        else:
+            base, cand = nanmean_pair(rng, n, sigma, drop=drop)
+        before += swap_permutation_p(kind, aggregation, base, cand) < np.array(LEVELS)
+        after += paired_test(kind, aggregation, base, cand, higher_is_better=True,
+                             n_resamples=RESAMPLES).p_worse < np.array(LEVELS)
+    return before / sims, after / sims
+
+
 def _se(rate: float, sims: int) -> float:
     return math.sqrt(max(rate * (1 - rate), 1e-12) / sims)
 
@@ -211,6 +296,9 @@ def main() -> int:
     ap.add_argument("--corpus", choices=("bleu", "chrf"),
                     help="a corpus score instead: the sign-swap permutation before, the studentized test of "
                          "its jackknife linearization after")
+    ap.add_argument("--swap", choices=("f1", "mcc", "nanmean"),
+                    help="f1, matthews_corrcoef or nanmean instead: the swap permutation before, the gate's "
+                         "studentized test after")
     ap.add_argument("--cell", nargs=2, type=float, metavar=("SIGMA", "N"),
                     help="one cell of the means' table only, with the seed the full run gives it "
                          "(int(100 * SIGMA) + N): what docs/statistics.md quotes for that cell")
@@ -225,6 +313,8 @@ def main() -> int:
               f"P(p < {', '.join(map(str, LEVELS))}): before {' '.join(f'{r:.4f}' for r in before)} | after "
               f"{' '.join(f'{r:.4f}' for r in after)} | Monte Carlo error {err}")
         return 0
+    if args.swap:
+        return _swap_main(args.swap, args.sims // 10 if args.quick else args.sims, args.quick)
     if args.corpus:
         return _corpus_main(args.corpus, args.sims // 10 if args.quick else args.sims, args.quick)
     if args.ratio:
@@ -288,6 +378,29 @@ def _corpus_main(aggregation: str, base: int, quick: bool) -> int:
     before, after = corpus_rates(500, 1.0, aggregation, sims, seed=9, drop=drop)
     print(f"power, n 500, sigma 1, a drop of {drop} ({sims} sims): at 0.05 before {before[0]:.3f}, "
           f"after {after[0]:.3f}; at 0.005 before {before[2]:.3f}, after {after[2]:.3f}")
+    return 0
+
+
+SWAP_KINDS = {"f1": ("confusion", "f1"), "mcc": ("confusion", "matthews_corrcoef"), "nanmean": ("nanmean", "nanmean")}
+
+
+def _swap_main(name: str, base: int, quick: bool) -> int:
+    kind, aggregation = SWAP_KINDS[name]
+    cells = [(100, base), (500, base)] + ([] if quick else [(2000, base // 2)])
+    print(f"{aggregation}, P(p < level) on harmless skewed changes (levels {', '.join(map(str, LEVELS))}): "
+          "before | after")
+    for n, sims in cells:
+        t0 = time.perf_counter()
+        before, after = swap_rates(kind, aggregation, n, sims, seed=n + 4)
+        err = " ".join(f"{_se(lv, sims):.4f}" for lv in LEVELS)
+        print(f"  n {n:>4}, {sims} sims ({time.perf_counter() - t0:.0f} s): "
+              f"{' '.join(f'{r:.4f}' for r in before)} | {' '.join(f'{r:.4f}' for r in after)}"
+              f" | Monte Carlo error {err}", flush=True)
+    sims = max(200, base // 4)
+    drop = 0.5 if kind == "confusion" else 0.01  # half the balancing flips withheld; 0.01 off each score
+    before, after = swap_rates(kind, aggregation, 500, sims, seed=10, drop=drop)
+    print(f"power, n 500, a drop ({drop}) ({sims} sims): at 0.05 before {before[0]:.3f}, after {after[0]:.3f}; "
+          f"at 0.005 before {before[2]:.3f}, after {after[2]:.3f}")
     return 0
 
 

@@ -52,14 +52,35 @@ def demo_gate(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], DemoG
     if not lm_eval_installed():
         pytest.skip("lm-eval is not installed (pip install -e '.[eval]')")
 
+    # One evaluation per checkpoint for the whole session, all workers together: the first worker
+    # to ask gates it under a file lock in the session's shared temp folder and pickles the result;
+    # the others read that (runs are read, never changed, by the tests).
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
+
     def get(name: str) -> DemoGate:
         if name not in DEMO_CHECKPOINTS:
             raise ValueError(f"not a demo checkpoint: {name!r}")
         if name not in _DEMO:
-            _DEMO[name] = make_demo_gate(name, tmp_path_factory.mktemp(f"demo-{name}"))
+            _DEMO[name] = _shared_demo_gate(name, shared) if shared else \
+                make_demo_gate(name, tmp_path_factory.mktemp(f"demo-{name}"))
         return _DEMO[name]
 
     return get
+
+
+def _shared_demo_gate(name: str, shared: Path) -> DemoGate:
+    import pickle
+
+    from filelock import FileLock
+
+    folder = shared / f"demo-{name}"
+    done = folder / "gate.pickle"
+    with FileLock(str(shared / f"demo-{name}.lock")):
+        if not done.is_file():
+            folder.mkdir(exist_ok=True)
+            gate = make_demo_gate(name, folder)
+            done.write_bytes(pickle.dumps(gate))
+    return pickle.loads(done.read_bytes())
 
 
 @pytest.fixture(scope="session")

@@ -201,7 +201,7 @@ def test_regressed_checkpoint_is_caught_on_every_kind_and_harmless_passes(metric
     assert set(_verdicts(bad).values()) == {"regressed"}, _verdicts(bad)
     assert len(_verdicts(bad)) == 11  # 9 registered aggregations + 2 task-defined (!function)
     f1 = next(c for c in bad.comparisons if c.key.metric == "f1")
-    assert f1.test.test == "confusion-permutation" and f1.test.baseline > 0.95 and f1.test.candidate < 0.7
+    assert f1.test.test == "confusion-flips" and f1.test.baseline > 0.95 and f1.test.candidate < 0.7
     ok = compare_paths(metric_runs["base"], metric_runs["harmless"], suite)
     assert ok.verdict == "pass" and set(_verdicts(ok).values()) == {"unchanged"}, _verdicts(ok)
 

@@ -161,8 +161,8 @@ def test_mutants_of_the_demo_base_run_end_to_end_and_agree_with_gating_by_hand(t
     assert (out / "gates" / "drop-layer" / "every-item").is_dir() and (out / "gates" / "drop-layer" / "sequential").is_dir()
     print({v["name"]: (v["beyond_margin"], v["borderline"], v["flagged"]) for v in rows.values()})
     assert data["false_alarm_rate"] == 0.0 and data["catch_rate"] >= 0.5
-    # The table says what gating the variant by hand says.
-    for name in ("embed-swap", "int4", "fp16-roundtrip"):
+    # The table says what gating the variant by hand says: one variant it flags, one it passes.
+    for name in ("embed-swap", "fp16-roundtrip"):
         hand = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(SUITE), "--model",
                                str(out / "mutants" / name), "--baseline", str(out / "reference.json.gz"),
                                "--sequential", "--out", str(tmp_path / f"hand-{name}"), "--json",

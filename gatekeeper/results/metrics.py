@@ -179,6 +179,12 @@ class MetricKind:
     def score_fn(self, aggregation: str) -> ScoreFn:
         return _mean_score
 
+    def flip_strata(self, aggregation: str, base: np.ndarray, cand: np.ndarray) -> np.ndarray | None:
+        """Each item's stratum for the flips' test (compare/stats/flips.py), for kinds whose items
+        sit in one of a few cells (an item flips only between the cells of its stratum); None
+        for the others."""
+        return None
+
     def resample_score(self, aggregation: str, values: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """The aggregate of ``values[row]`` for each row of an (R, n) index matrix (kinds
         without sufficient statistics only)."""
@@ -589,6 +595,10 @@ class ConfusionKind(MetricKind):
     def score_fn(self, aggregation: str) -> ScoreFn:
         return _f1_score if aggregation == "f1" else _mcc_score
 
+    def flip_strata(self, aggregation: str, base: np.ndarray, cand: np.ndarray) -> np.ndarray | None:
+        # an item keeps its gold label; where the runs disagree on it the permutation decides
+        return base[:, 0] if np.array_equal(base[:, 0], cand[:, 0]) else None
+
     def average(self, stack: np.ndarray) -> np.ndarray | None:
         return None  # labels cannot be averaged
 
@@ -689,6 +699,10 @@ class NanMeanKind(MetricKind):
 
     name = "nanmean"
     aggregations = ("nanmean",)
+    # The judged values' sum over the judged count: monotone in the sum when the same items are
+    # judged on both sides, smooth in both sums otherwise (compare/stats/paired.py).
+    monotone_in_sum = frozenset(aggregations)
+    smooth_in_sums = frozenset(aggregations)
     format_version = 2
     doc_want = "finite numbers or null (NaN)"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gatekeeper.compare.stats.flips import flip_test
 from gatekeeper.compare.stats.itemwise import item_bootstrap, item_permutation
 from gatekeeper.compare.stats.mcnemar import mcnemar
 from gatekeeper.compare.stats.resampling import (
@@ -117,9 +118,14 @@ def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.n
     - TER over the same references: the same, of the edits' mean difference.
     - BLEU and chrF, unclustered: the same calibrated bootstrap-t, of the change's jackknife
       linearization (``jackknife_influence``); exact permutation up to 16 differing items.
-    - other kinds with sufficient statistics (confusion counts, ...; ratios and corpus scores
-      otherwise): permutation swapping the two runs' values within items, and paired
-      bootstrap, both recomputing the aggregate from summed statistics.
+    - f1 and matthews_corrcoef, unclustered: the flips' test (``flips.flip_test``: how many items
+      flipped between which cells, against the Poisson rates of no expected change), with the
+      paired bootstrap's interval (however few items flipped: the exact permutation assumes
+      flips as likely one way as the other, which a harmless change need not be).
+    - other kinds with sufficient statistics (ratios and corpus scores otherwise, nanmean
+      where the judged items differ and the linearization is not finite): permutation swapping
+      the two runs' values within items, and paired bootstrap, both recomputing the aggregate
+      from summed statistics.
     - kinds without (median, task-defined aggregations): the same, resampling items and
       calling the aggregate on each resample (no clusters).
     - clusters: the same with whole clusters as the units.
@@ -177,9 +183,15 @@ def plan_test(kind: str, aggregation: str, baseline: np.ndarray, candidate: np.n
                                     n_resamples, ss_boot, f"{k.name}-bootstrap-t", tuple(warnings))
         if smooth is not None:
             return smooth
-    perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
-    exact = perm is not None and perm.exact
-    test = "cluster-permutation" if labels is not None else k.test_name(exact)
+    strata = k.flip_strata(aggregation, base, cand) if labels is None else None
+    perm = None
+    if strata is not None and (xb != xc).any():
+        perm = flip_test(xb, xc, strata, units.score, higher_is_better, n_resamples, ss_perm)
+    test = f"{k.name}-flips"
+    if perm is None:
+        perm = permutation_test(units, higher_is_better, n_resamples, ss_perm)
+        exact = perm is not None and perm.exact
+        test = "cluster-permutation" if labels is not None else k.test_name(exact)
     common = dict(test=test, n=n, n_clusters=n_clusters, baseline=b_score, candidate=c_score,
                   delta=c_score - b_score, confidence=confidence)
     if perm is None:  # every pair identical

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Which items flip: the share of a change's flips by the baseline's margin (issue #57).
+
+    python benchmarks/flip_propensity.py [--out DIR | --reuse DIR] [--bins 5]
+    (about 2 minutes on 2 CPU cores: ten real lm-eval runs of the demo suite)
+
+A paired test learns only from the items that flip. If the baseline already says which items can
+flip (a multiple-choice item whose right answer is far above the best wrong one rarely does), a
+gate could read those first. This measures it instead of assuming it: the demo's base checkpoint
+and its standard variants (``gatekeeper plan --mutants --fixed --keep``: weight noise at 1, 3 and
+10%, a dropped layer, a reset norm, swapped embeddings, int4, an fp16 round trip, another batch
+size) are evaluated on every item, and for each multiple-choice item of the suite the baseline's
+margin is read from its samples file: the log-likelihood of the gold choice less the best other
+choice's (acc's margin; negative where the baseline was wrong). Items are cut into ``--bins``
+groups of equal size by the margin's absolute value, smallest first, and for each variant the
+share of its flipped items (right to wrong or wrong to right, acc) in each group is printed,
+then pooled over the harmless variants and over the defects.
+
+Read the first column: under a uniform order each group would hold 1/bins of the flips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "examples" / "gatekeeper.yaml"
+BASE = ROOT / "examples" / "checkpoints" / "base"
+
+
+def mutants(out: Path) -> list[dict]:
+    """Run ``plan --mutants --fixed --keep`` into ``out``; its JSON rows."""
+    env = dict(os.environ, TQDM_DISABLE="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "plan", "--suite", str(SUITE), "--mutants", str(BASE),
+                           "--fixed", "--keep", "--out", str(out), "--format", "json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"plan --mutants failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    (out / "plan.json").write_text(proc.stdout)
+    return json.loads(proc.stdout)["variants"]
+
+
+def choice_items(run_dir: Path) -> dict[tuple[str, int], tuple[float, float]]:
+    """{(task, doc_id): (acc, margin)} of every multiple-choice item in a run's samples files."""
+    items = {}
+    for path in sorted(run_dir.rglob("samples_*.jsonl")):
+        task = path.name[len("samples_"):].rsplit("_", 1)[0]
+        for line in path.read_text(encoding="utf-8").splitlines():
+            doc = json.loads(line)
+            resps = doc.get("filtered_resps")
+            if "acc" not in doc or not isinstance(resps, list) or len(resps) < 2:
+                continue
+            lls = np.array([float(r[0]) for r in resps])
+            gold = int(doc["target"])
+            others = np.delete(lls, gold)
+            items[(task, int(doc["doc_id"]))] = (float(doc["acc"]), float(lls[gold] - others.max()))
+    return items
+
+
+def flip_shares(base: dict, cand: dict, edges: np.ndarray) -> tuple[int, np.ndarray]:
+    """(flips, share of them in each |margin| group) of a candidate against the baseline."""
+    keys = sorted(base)
+    margin = np.array([abs(base[k][1]) for k in keys])
+    flipped = np.array([base[k][0] != cand[k][0] for k in keys])
+    group = np.searchsorted(edges, margin, side="right")
+    counts = np.bincount(group[flipped], minlength=edges.size + 1).astype(float)
+    return int(flipped.sum()), counts / max(1.0, counts.sum())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="a new folder for the runs (default: a temporary one)")
+    ap.add_argument("--reuse", type=Path, help="the --out folder of an earlier run: read it, evaluate nothing")
+    ap.add_argument("--bins", type=int, default=5)
+    args = ap.parse_args()
+    if args.reuse:
+        out = args.reuse
+        rows = json.loads((out / "plan.json").read_text())["variants"]
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="flip-propensity-"))
+        rows = mutants(out)
+    base = choice_items(out / "reference")
+    if not base:
+        raise SystemExit(f"{out / 'reference'}: no multiple-choice item with choice log-likelihoods")
+    margins = np.array([abs(m) for _, m in base.values()])
+    edges = np.quantile(margins, np.arange(1, args.bins) / args.bins)
+    print(f"{len(base)} multiple-choice items (demo suite); |margin| group edges (nats): "
+          + ", ".join(f"{e:.2f}" for e in edges))
+    print(f"share of each variant's flipped items by the baseline's |margin|, smallest first ({args.bins} groups "
+          f"of {len(base) // args.bins} items; uniform: {1 / args.bins:.2f} each)")
+    pooled: dict[str, np.ndarray] = {}
+    for row in rows:
+        cand = choice_items(out / "gates" / row["name"])
+        if set(cand) != set(base):
+            print(f"  {row['name']:<15} skipped: its items are not the reference's")
+            continue
+        flips, shares = flip_shares(base, cand, edges)
+        kind = "harmless" if not row["should_fail"] else "defect"
+        pooled.setdefault(kind, np.zeros(args.bins))
+        pooled[kind] += shares * flips
+        print(f"  {row['name']:<15} {kind:<8} {flips:>4} flips: " + " ".join(f"{s:.2f}" for s in shares))
+    for kind, counts in pooled.items():
+        total = counts.sum()
+        if total:
+            print(f"  all {kind:<19} {int(total):>4} flips: " + " ".join(f"{c / total:.2f}" for c in counts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
