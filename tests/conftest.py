@@ -122,6 +122,16 @@ END_TO_END = frozenset({
 # (~3 min, pip installing into its own venv) and the container (a docker build). In xdist's order
 # they came last, and the fresh clone ran alone for its last 2-3 minutes.
 FIRST_FILES = ("tests/test_fresh_clone.py", "tests/test_container.py")
+# Then the files that take longest (CPU seconds of a run on 2 cores, 2026-12-07), longest first:
+# a long file started last ran alone for its last minutes (the mmlu group and the nightly
+# workflow ended the run 2 minutes after the other worker had finished). The rest follow in
+# xdist's order.
+LONG_FILES = ("tests/test_small_levels.py", "tests/test_plan.py", "tests/test_mmlu_group.py", "tests/test_sealed.py",
+              "tests/test_stats_simulation.py", "tests/test_alpha_design.py", "tests/test_sequential.py",
+              "tests/test_stats_kinds_simulation.py", "tests/test_workflows.py", "tests/test_backends.py",
+              "tests/test_sequential_gate.py", "tests/test_pr_trust.py", "tests/test_task_index.py",
+              "tests/test_group_simulation.py", "tests/test_doc_blocks.py", "tests/test_task_data_files.py",
+              "tests/test_drift.py", "tests/test_nightly_workflow.py")
 CPU_REPORT_ENV = "GATEKEEPER_TEST_CPU_REPORT"  # a file: each test's CPU seconds, end time and worker, a line a test
 
 
@@ -133,7 +143,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class FirstFilesFirst(LoadFileScheduling):
         def _assign_work_unit(self, node: object) -> None:
-            for scope in reversed(FIRST_FILES):
+            for scope in reversed(FIRST_FILES + LONG_FILES):
                 if scope in self.workqueue:
                     self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)

@@ -208,3 +208,13 @@ def test_each_subcommand_is_built_beside_its_handler():
         assert names[names.index(builder) + 1] == f"cmd_{command}", f"{builder} is not beside cmd_{command}"
         size = functions[names.index(builder)]
         assert size.end_lineno - size.lineno < 60
+
+
+def test_the_files_started_first_exist():
+    """conftest's scheduling order names test files; one renamed would silently run in xdist's order."""
+    from tests.conftest import FIRST_FILES, LONG_FILES
+
+    root = Path(__file__).resolve().parents[1]
+    missing = [name for name in FIRST_FILES + LONG_FILES if not (root / name).is_file()]
+    assert not missing, f"tests/conftest.py names test files that do not exist: {missing}"
+    assert len(set(FIRST_FILES + LONG_FILES)) == len(FIRST_FILES + LONG_FILES)

@@ -187,7 +187,7 @@ def test_f1_and_mcc_keep_their_level_where_the_permutation_did_not(name: str) ->
     0.01 within Monte Carlo error (benchmarks/small_levels.py --swap f1|mcc runs 100 to 2,000
     items and more simulations)."""
     kind, aggregation = small_levels.SWAP_KINDS[name]
-    sims, levels = 400, np.array(small_levels.LEVELS)
+    sims, levels = 300, np.array(small_levels.LEVELS)
     before, after = small_levels.swap_rates(kind, aggregation, 500, sims, seed=3705)
     print(f"{name} P(p < {levels}): permutation {before}, the gate's test {after}")
     for level, b, a in zip(levels[:2], before[:2], after[:2], strict=True):
