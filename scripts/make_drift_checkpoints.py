@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """A nightly sequence of demo checkpoints that each lose a little: the slow drift an anchor catches.
 
-    python scripts/make_drift_checkpoints.py --out DIR [--nights 5] [--step 0.012]
+    python scripts/make_drift_checkpoints.py --out DIR [--nights 6] [--step 0.1] [--tokens 8] [--score]
 
-Night k is examples/checkpoints/base with the embedding rows of the first ``k * step`` of its
-capital-only tokens (tokens of capital names that occur in no arithmetic question, no perplexity
-text and not in the prompt's own words, as the demo's regressed checkpoint chooses them) moved one place along that list: the sets are
-nested, so every night loses what the night before lost, and a little more. Arithmetic and
-perplexity do not move (their tokens are untouched). Each night is a few capital answers worse
-than the one before (within the demo suite's 2-point margin night over night) while the loss
-since the base grows past it.
+Night k is examples/checkpoints/base with the embedding rows of ``--tokens`` of its capital-only
+tokens (tokens of capital names that occur in no arithmetic question, no perplexity text and not
+in the prompt's own words, as the demo's regressed checkpoint chooses them) moved ``k * step`` of
+the way towards the next one's row: every night loses what the night before lost, and a little
+more. Arithmetic and perplexity do not move (their tokens are untouched). Each night is a few
+capital answers worse than the one before (within the demo suite's 2-point margin night over
+night) while the loss since the base grows past it.
 
 Deterministic (fixed seed, no training): the same DIR on every machine with the same torch.
-Prints each night's capitals accuracy from the demo's own scorer (scripts/make_demo_checkpoints.py).
+With --score, prints each night's capitals accuracy from the demo's own scorer (scripts/make_demo_checkpoints.py).
 """
 
 from __future__ import annotations
