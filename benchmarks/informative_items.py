@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Informative items first (issue #57): false alarms, power and items read, against reading every item.
+
+    python benchmarks/informative_items.py [--n 1000] [--flip-rate 0.05] [--sims 2000] [--seed 57]
+
+One task of n right/wrong items. Its baseline's |margin| ranks the items; a change flips item i
+with probability proportional to exp(-rank_i / 0.12), rank_i in [0, 1) smallest margin first:
+81% of the flips then fall in the fifth with the smallest margin, as the demo's small defects'
+did (benchmarks/flip_propensity.py: all 20). The mean flip probability is ``--flip-rate``. A flip
+is a loss with probability 1/2 on a harmless change, 1/2 + drop / (2 * flip rate) on a drop.
+
+Per scenario and design, at levels 0.05 and 0.005: the share of simulations whose exact one-sided
+p-value is below the level (on a harmless change, the test's size: at most the level for any
+pattern of flips), the share whose gate fails (that, and the interval's upper end below -margin,
+margin 0.01), and the share of the items read:
+
+- every item, McNemar's exact test (the fixed gate);
+- the informative design (results/informative.py) at t = 1 (|margin| quarters read at 1, 1/2,
+  1/4, 1/8: 47% of the items) and t = 2 (1, 1, 1/2, 1/4: 69%), the weighted flips' exact test.
+
+Scenarios: harmless with flips along the curve, harmless with every flip among the quarter the
+baseline was surest of (read at 1/8: the adversarial case), and harmless with flips uniform;
+drops of 1.5, 2 and 3 points along the curve, and 3 points with uniform flips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gatekeeper.compare.stats.mcnemar import mcnemar  # noqa: E402
+from gatekeeper.compare.stats.weighted import weighted_flip_test  # noqa: E402
+from gatekeeper.results import informative  # noqa: E402
+
+LEVELS = (0.05, 0.005)
+MARGIN = 0.01
+TAU = 0.12  # the propensity curve's decay over the |margin| ranks
+
+
+def propensity(n: int, flip_rate: float, shape: str) -> np.ndarray:
+    """Each item's flip probability (items in |margin| order, smallest first), mean flip_rate."""
+    rank = np.arange(n) / n
+    if shape == "curve":
+        q = np.exp(-rank / TAU)
+    elif shape == "uniform":
+        q = np.ones(n)
+    elif shape == "confident":  # only the quarter the baseline was surest of
+        q = (rank >= 0.75).astype(float)
+    else:
+        raise ValueError(shape)
+    q = q * flip_rate / q.mean()
+    if q.max() > 1:
+        raise ValueError(f"flip rate {flip_rate} too high for the {shape} curve")
+    return q
+
+
+def draw(rng: np.random.Generator, q: np.ndarray, flip_rate: float, drop: float) -> tuple[np.ndarray, np.ndarray]:
+    """(baseline, candidate) 0/1 items: item i flips with probability q_i, a loss with
+    probability 1/2 + drop / (2 flip_rate); unflipped items right or wrong at 70/30."""
+    n = q.size
+    base = (rng.random(n) < 0.7).astype(float)
+    flips = rng.random(n) < q
+    loss = rng.random(n) < 0.5 + drop / (2 * flip_rate)
+    base = np.where(flips, loss.astype(float), base)  # a loss starts right, a gain wrong
+    cand = np.where(flips, 1 - base, base)
+    return base, cand
+
+
+def fails(p: float, ci_high: float, level: float) -> bool:
+    return p < level and ci_high < -MARGIN
+
+
+def simulate(n: int, flip_rate: float, shape: str, drop: float, sims: int, seed: int) -> dict[str, np.ndarray]:
+    """{design: [failed at each level..., share read]} averaged over the simulations."""
+    rng = np.random.default_rng(seed)
+    q = propensity(n, flip_rate, shape)
+    design = informative.design("t", np.arange(n, dtype=float), seed=seed)  # margins in rank order
+    width = 2 * len(LEVELS) + 1  # p below each level, failed at each level, share read
+    out = {name: np.zeros(width) for name in ("every item", "informative t=1", "informative t=2")}
+    for sim in range(sims):
+        base, cand = draw(rng, q, flip_rate, drop)
+        # the design's uniforms are fixed by the seed: redraw them per simulation (another seed)
+        u = informative.uniforms("t", n, seed * 100_003 + sim)
+        for level_i, level in enumerate(LEVELS):
+            full = mcnemar(base, cand, True, 1 - 2 * level, exact=True)
+            out["every item"][level_i] += full.p_worse < level
+            out["every item"][len(LEVELS) + level_i] += fails(full.p_worse, full.ci_high, level)
+        out["every item"][-1] += 1.0
+        for t, name in ((1.0, "informative t=1"), (2.0, "informative t=2")):
+            read = u < np.minimum(1.0, t * design.pi)
+            weights = 1.0 / np.minimum(1.0, t * design.pi[read])
+            for level_i, level in enumerate(LEVELS):
+                r = weighted_flip_test(base[read], cand[read], weights, n, True, 1 - 2 * level)
+                out[name][level_i] += r.p_worse < level
+                out[name][len(LEVELS) + level_i] += fails(r.p_worse, r.ci_high, level)
+            out[name][-1] += read.mean()
+    return {k: v / sims for k, v in out.items()}
+
+
+SCENARIOS = (("harmless, flips along the curve", "curve", 0.0),
+             ("harmless, flips only where the baseline was surest", "confident", 0.0),
+             ("harmless, flips uniform", "uniform", 0.0),
+             ("drop 1.5 points, along the curve", "curve", 0.015),
+             ("drop 2 points, along the curve", "curve", 0.02),
+             ("drop 3 points, along the curve", "curve", 0.03),
+             ("drop 3 points, flips uniform", "uniform", 0.03))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--flip-rate", type=float, default=0.05)
+    ap.add_argument("--sims", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=57)
+    args = ap.parse_args()
+    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
+          f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
+    for i, (label, shape, drop) in enumerate(SCENARIOS):
+        t0 = time.perf_counter()
+        rates = simulate(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
+        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
+        for name, r in rates.items():
+            k = len(LEVELS)
+            print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
+                  + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Informative items first (issue #57): which items a gate reads, and what each read item stands
+for, decided from the baseline alone.
+
+A paired test of right/wrong items learns only from the items that flip, and flips are not spread
+evenly: a multiple-choice item the baseline answered with a wide margin (its gold choice's
+log-likelihood far from the best other choice's) rarely flips under a small change of the model
+(benchmarks/flip_propensity.py: every flip of the demo's four small defects lay in the fifth of
+items with the smallest margin). So a task's items are cut into strata by the baseline's |margin|,
+smallest first, and stratum h is read with probability ``SHARES[h]`` (1, 1/2, 1/4, 1/8: about 47%
+of the items). Each item is drawn on its own (Poisson sampling) by a uniform number fixed by the
+seed, the task and the document, so every process, a sharded gate's judge included, draws the
+same items. An item read at probability pi stands for 1/pi items (Horvitz-Thompson): the estimate
+of the whole task's change is unbiased whatever the flips, and the weights are integers, which
+keeps the test exact (``compare/stats/weighted.py``). Items without a margin (generation,
+continuous metrics) are read with probability 1.
+
+Looks nest: at a fraction t of the design, item i is read when u_i < t * pi_i, so the items of
+look k are among those of look k + 1 and each read item's weight is 1 / (t * pi_i); at t = 1 the
+design's items are read; at t = 1 / min(pi) every item is.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# The share of each |margin| quarter read, smallest margin first. Powers of two: every read item's
+# weight relative to the others is an integer, so the weighted flips' null distribution is exact.
+SHARES = (1.0, 0.5, 0.25, 0.125)
+
+
+def choice_margin(loglikelihoods: Sequence[float], gold: int) -> float:
+    """The gold choice's log-likelihood less the best other choice's: acc's margin (negative
+    where the baseline was wrong). NaN with fewer than two choices or a gold index outside them."""
+    lls = np.asarray(loglikelihoods, dtype=float)
+    if lls.size < 2 or not 0 <= gold < lls.size:
+        return float("nan")
+    return float(lls[gold] - np.delete(lls, gold).max())
+
+
+def uniforms(task: str, size: int, seed: int) -> np.ndarray:
+    """One uniform number in [0, 1) per document of the task, the same on every machine for the
+    same seed (numpy's PCG64 seeded as a sequential gate's look order is, with a third word so
+    that the two draws are independent)."""
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(task.encode("utf-8")), 57])
+    return rng.random(size)
+
+
+def strata(margins: np.ndarray, count: int = len(SHARES)) -> np.ndarray:
+    """Each item's stratum: 0 for the quarter (of ``count``) with the smallest |margin|, up to
+    count - 1; -1 for an item with no margin (NaN). Ties are cut by document order."""
+    margins = np.abs(np.asarray(margins, dtype=float))
+    known = ~np.isnan(margins)
+    out = np.full(margins.size, -1, dtype=np.int64)
+    ranks = np.empty(int(known.sum()), dtype=np.int64)
+    ranks[np.argsort(margins[known], kind="stable")] = np.arange(ranks.size)
+    out[known] = ranks * count // max(1, ranks.size)
+    return out
+
+
+@dataclass(frozen=True)
+class Design:
+    """One task's informative design: each document's inclusion probability at t = 1 (``pi``)
+    and its uniform number (``u``), indexed by doc_id (0 .. size - 1)."""
+
+    task: str
+    pi: np.ndarray
+    u: np.ndarray
+
+    def read(self, t: float = 1.0) -> np.ndarray:
+        """Which documents are read at fraction ``t`` of the design (a bool per doc_id)."""
+        return self.u < t * self.pi
+
+    def weights(self, doc_ids: np.ndarray, t: float = 1.0) -> np.ndarray:
+        """What each read document stands for: 1 / (t * pi), at least 1 (read with certainty)."""
+        return 1.0 / np.minimum(1.0, t * self.pi[np.asarray(doc_ids, dtype=np.int64)])
+
+    def expected_share(self, t: float = 1.0) -> float:
+        """The expected share of the task's documents read at fraction ``t``."""
+        return float(np.minimum(1.0, t * self.pi).mean()) if self.pi.size else 0.0
+
+
+def design(task: str, margins: np.ndarray, seed: int, shares: Sequence[float] = SHARES) -> Design:
+    """The design of a task whose documents 0 .. n - 1 have the baseline's choice ``margins``
+    (NaN: none, read with certainty). ``shares``: the probability each |margin| stratum is read,
+    smallest margin first; each in (0, 1] and 1 / share an integer power of two (exact weights)."""
+    shares = np.asarray(shares, dtype=float)
+    if shares.size == 0 or np.any(shares <= 0) or np.any(shares > 1):
+        raise ValueError(f"shares must lie in (0, 1], got {shares.tolist()}")
+    inverse = np.log2(1.0 / shares)
+    if not np.allclose(inverse, np.round(inverse)):
+        raise ValueError(f"each share must be 1 / 2^k (exact integer weights), got {shares.tolist()}")
+    level = strata(margins, shares.size)
+    pi = np.where(level < 0, 1.0, shares[np.maximum(level, 0)])
+    return Design(task, pi, uniforms(task, pi.size, seed))
