@@ -938,10 +938,11 @@ def pin_anchor(suite: Suite, *, run_dir: Path | None, reason: str, who: str | No
 
 
 def _run_for(run_dir: Path, suite: Suite) -> RunResults:
-    """A run that belongs to ``suite``, read for storing (no snippets)."""
+    """A run that belongs to ``suite``, read for storing (no snippets; each multiple-choice item's
+    margin, which an informative design reads from the baseline)."""
     _not_looks(Path(run_dir), suite)
     with trusted_code(suite.include_path, tuple(suite.task_names)):
-        res = load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False)
+        res = load_run(Path(run_dir), cluster_keys=suite.cluster_keys(), snippets=False, choice_margins=True)
     # Suite hash, task set, lm-eval pin, n-shot, seeds, limit: refused before the file is touched.
     check_run_matches_suite(res, suite, what="run", fix="re-run it with the current suite before storing "
                             f"it as the baseline (gatekeeper run --suite {suite.path} ...)")

@@ -130,6 +130,9 @@ class RunResults:
               gatekeeper cannot test (unknown aggregation); a suite that gates one is an error.
     sample_lines: {(task, filter): (doc_ids, byte offsets)}: where each item's line starts in
               the task's samples file (lm-eval runs only), so snippets are read by seeking.
+    choice_margins: {task: (doc_ids, margins)}: each multiple-choice item's acc margin (the gold
+              choice's log-likelihood less the best other's; NaN where the line gives none), for
+              tasks with at least one (results/informative.py); a baseline file keeps them.
     """
 
     provenance: Provenance
@@ -140,6 +143,7 @@ class RunResults:
     notes: list[str] = field(default_factory=list)
     untestable: dict[SeriesKey, str] = field(default_factory=dict)
     sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    choice_margins: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def tasks(self) -> list[str]:

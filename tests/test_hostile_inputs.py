@@ -262,6 +262,13 @@ BASELINE_CASES: dict[str, tuple[Callable[[dict], None], str]] = {
     "date_1e20": (lambda d: d["provenance"].update(date=1e20), "provenance.date"),
     "n_shot_list": (lambda d: d["provenance"].update(n_shot=[0]), "provenance.n_shot"),
     "seed_string": (lambda d: d["provenance"]["seeds"].update(random_seed="1234"), "seeds"),
+    "margins_list": (lambda d: d.update(multiple_choice_margins=[]), "multiple_choice_margins"),
+    "margins_other_task": (lambda d: d.update(multiple_choice_margins={"nope": {"doc_ids": [0], "margins": [1.0]}}),
+                           "multiple_choice_margins[nope]"),
+    "margins_text": (lambda d: d.update(multiple_choice_margins={"demo_capitals_mc": {"doc_ids": [0, 1], "margins": [1.0, "x"]}}),
+                     "multiple_choice_margins[demo_capitals_mc].margins"),
+    "margins_short": (lambda d: d.update(multiple_choice_margins={"demo_capitals_mc": {"doc_ids": [0, 1], "margins": [1.0]}}),
+                      "multiple_choice_margins[demo_capitals_mc].margins"),
 }
 
 

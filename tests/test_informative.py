@@ -4,16 +4,23 @@ benchmarks/informative_items.py runs the same scenarios with more simulations.""
 
 from __future__ import annotations
 
+import gzip
 import itertools
+import json
 import math
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks import informative_items as bench
+from gatekeeper.baseline import format as baseline_format
 from gatekeeper.compare.stats.mcnemar import mcnemar
 from gatekeeper.compare.stats.weighted import null_distribution, relative_weights, weighted_flip_test
 from gatekeeper.results import informative
+from gatekeeper.results.reader import load_run
+from tests.demo_runs import DEMO_BASELINE
 
 
 def _allowance(level: float, sims: int) -> float:
@@ -121,3 +128,43 @@ def test_along_the_measured_curve_half_the_items_keep_most_of_the_power() -> Non
     assert t1[-1] == pytest.approx(0.47, abs=0.02) and t2[-1] == pytest.approx(0.69, abs=0.02)
     uniform = bench.simulate(1000, 0.05, "uniform", 0.03, 200, seed=5711)
     assert uniform["informative t=1"][k] < uniform["every item"][k] - 0.2, uniform
+
+
+def test_a_line_gives_acc_margin_only_when_it_reads_and_agrees_with_acc() -> None:
+    lls = [["-15.5", "False"], ["-9.25", "False"], ["-20.0", "False"]]  # lm-eval 0.4.13 writes strings
+    assert informative.line_margin(lls, "1", 1.0) == pytest.approx(6.25)
+    assert informative.line_margin([[-3.0, False], [-1.0, True]], 0, 0.0) == pytest.approx(-2.0)
+    for resps, target, acc in ((lls, "Paris", 1.0),  # a text gold: lm-eval maps it, the line does not say how
+                               (lls, [1, 2], 1.0), (lls, True, 1.0), (lls, "7", 0.0),  # several golds, a bool, out of range
+                               (lls, "1", 0.0),  # the gold on top, but acc says wrong: another gold was used
+                               ([["x", "False"], ["-1", "False"]], "0", 0.0), ([["-1", "False"]], "0", 1.0), ("-1", "0", 1.0),
+                               (lls, "1", None)):
+        assert math.isnan(informative.line_margin(resps, target, acc)), (resps, target, acc)
+
+
+def test_a_run_and_its_baseline_carry_each_choice_items_margin(demo_run: Callable[[str], Path], demo_gate: Callable,
+                                                              tmp_path: Path) -> None:
+    """The demo's two multiple-choice tasks get a margin per item from the samples files (its sign
+    acc's), the generation and perplexity tasks none; a baseline keeps them (to 1e-4 nats), the
+    gate's first record included, and a baseline written before them still loads, with none."""
+    run = load_run(demo_run("regressed"), choice_margins=True)
+    assert load_run(demo_run("regressed")).choice_margins == {}  # a candidate's are never read
+    assert sorted(run.choice_margins) == ["demo_arith_mc", "demo_capitals_mc"]
+    for task, (doc_ids, margins) in run.choice_margins.items():
+        acc = run.series[next(k for k in run.series if k.task == task and k.metric == "acc")]
+        assert np.array_equal(doc_ids, acc.doc_ids) and np.isfinite(margins).all()
+        assert np.array_equal(margins > 0, acc.values == 1), task
+    path = tmp_path / "demo.json.gz"
+    path.write_bytes(baseline_format.encode(run, suite_name="demo", suite_hash=None))
+    assert baseline_format.is_baseline_file(path)  # "format" still within its first KiB
+    doc, stored = baseline_format.read(path)
+    assert sorted(doc["multiple_choice_margins"]) == sorted(run.choice_margins)
+    for task, (doc_ids, margins) in run.choice_margins.items():
+        assert np.array_equal(stored.choice_margins[task][0], doc_ids)
+        assert stored.choice_margins[task][1] == pytest.approx(margins, abs=5e-5)
+        design = informative.design(task, stored.choice_margins[task][1], seed=1234)
+        assert 0.3 < design.read().mean() < 0.65
+    recorded = json.loads(gzip.decompress(demo_gate("base").baseline.read_bytes()))  # gate --record-missing
+    assert sorted(recorded["multiple_choice_margins"]) == ["demo_arith_mc", "demo_capitals_mc"]
+    assert "multiple_choice_margins" not in json.loads(gzip.decompress(DEMO_BASELINE.read_bytes()))
+    assert baseline_format.read(DEMO_BASELINE)[1].choice_margins == {}

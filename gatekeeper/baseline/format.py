@@ -8,6 +8,7 @@ A baseline is gzip'd JSON (gzip mtime 0, so equal content gives equal bytes and 
      "series": [{"task", "filter", "metric", "kind", "aggregation", "higher_is_better",
                  "reported", "doc_ids": [...], "values": [...], "hashes": [[doc, prompt, target]],
                  "clusters": [...] or null}],
+     "multiple_choice_margins": {task: {"doc_ids": [...], "margins": [...]}},  (only when a task has them)
      "checksum": "sha256:<hex of the canonical JSON of everything else>"}
 
 No prompts or generations are kept (only 16-hex-digit prefixes of lm-eval's item hashes),
@@ -113,6 +114,11 @@ def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str 
         "group_subtasks": results.group_subtasks,
         "series": [_series_doc(results.series[k]) for k in sorted(results.series, key=_key_order)],
     }
+    # Absent, not empty, without them: older baselines keep their bytes. The key sorts after
+    # "format", which is_baseline_file (this and older versions) looks for in the first 1 KiB.
+    if results.choice_margins:
+        body["multiple_choice_margins"] = {task: _margins_doc(*results.choice_margins[task])
+                                  for task in sorted(results.choice_margins)}
     body = json.loads(_dump(body))  # normalise numpy scalars / tuples exactly as they will be read
     body["checksum"] = _checksum(body)
     return body
@@ -135,6 +141,9 @@ def from_document(doc: dict, *, source: str) -> RunResults:
         ms = _series_from(s)
         series[ms.key] = ms
     notes = [f"baseline recorded from {recorded_from}"] if recorded_from else []
+    margins = {task: (np.asarray(m["doc_ids"], dtype=np.int64),
+                      np.array([np.nan if v is None else v for v in m["margins"]], dtype=float))
+               for task, m in (doc.get("multiple_choice_margins") or {}).items()}
     return RunResults(
         provenance=prov,
         series=series,
@@ -142,7 +151,15 @@ def from_document(doc: dict, *, source: str) -> RunResults:
         group_subtasks=doc.get("group_subtasks") or {},
         notes=notes,
         untestable=untestable,
+        choice_margins=margins,
     )
+
+
+def _margins_doc(doc_ids: np.ndarray, margins: np.ndarray) -> dict:
+    """A task's choice margins, rounded to 1e-4 nats (a design reads only their order; a file
+    loaded and written again keeps its bytes); NaN as null."""
+    return {"doc_ids": [int(d) for d in doc_ids],
+            "margins": [None if not np.isfinite(m) else round(float(m), 4) for m in margins]}
 
 
 def _function_available(s: dict) -> bool:

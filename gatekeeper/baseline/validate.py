@@ -72,6 +72,25 @@ def _check_document(doc: dict) -> None:
         key = _check_series_doc(i, s, doc.get("version", 1))
         _want(key not in seen, f"series[{i}]", key, "each (task, filter, metric) once")
         seen.add(key)
+    _check_margins(doc.get("multiple_choice_margins", {}), {key[0] for key in seen})
+
+
+def _check_margins(margins: Any, tasks: set[str]) -> None:
+    """``multiple_choice_margins``: {task: {"doc_ids": [...], "margins": [number or null, ...]}} of tasks
+    the file has series of (results/informative.py reads the design from them)."""
+    _want(isinstance(margins, dict), "multiple_choice_margins", margins, "an object")
+    for task, entry in margins.items():
+        where = f"multiple_choice_margins[{task}]"
+        _want(task in tasks, where, task, "a task of this baseline's series")
+        _want(isinstance(entry, dict) and set(entry) == {"doc_ids", "margins"}, where, entry,
+              'an object {"doc_ids": [...], "margins": [...]}')
+        doc_ids, values = entry["doc_ids"], entry["margins"]
+        _want(isinstance(doc_ids, list) and len(doc_ids) > 0 and all(is_int(d) and 0 <= d <= _MAX_DOC_ID for d in doc_ids),
+              f"{where}.doc_ids", doc_ids, "a non-empty list of integers from 0 to 2**53-1")
+        _want(len(set(doc_ids)) == len(doc_ids), f"{where}.doc_ids", "duplicates", "each doc once")
+        _want(isinstance(values, list) and len(values) == len(doc_ids)
+              and all(v is None or is_finite(v) for v in values),
+              f"{where}.margins", values, f"a list of {len(doc_ids)} finite numbers or nulls")
 
 
 def _check_provenance(prov: Any) -> None:

@@ -21,9 +21,11 @@ design's items are read; at t = 1 / min(pi) every item is.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +41,62 @@ def choice_margin(loglikelihoods: Sequence[float], gold: int) -> float:
     if lls.size < 2 or not 0 <= gold < lls.size:
         return float("nan")
     return float(lls[gold] - np.delete(lls, gold).max())
+
+
+def line_margin(filtered_resps: Any, target: Any, acc: Any) -> float:
+    """acc's margin from one samples line of a multiple-choice task. ``filtered_resps``: each
+    choice's [log-likelihood, is_greedy] (lm-eval 0.4.13 writes both as strings); ``target``: the
+    gold choice's index (an integer, or its digits as a string). NaN unless all of that reads and
+    the margin's sign agrees with acc (a right answer has the gold choice on top): a task whose
+    gold is text, or several golds, has no margin, and its items are read with certainty."""
+    if isinstance(target, str) and target.strip().isdigit():
+        target = int(target)
+    if not isinstance(target, int) or isinstance(target, bool) or not isinstance(filtered_resps, list):
+        return math.nan
+    try:
+        lls = [float(r[0]) for r in filtered_resps]
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return math.nan
+    margin = choice_margin(lls, target)
+    if not math.isfinite(margin) or not isinstance(acc, (int, float)) or isinstance(acc, bool):
+        return math.nan
+    if (margin > 0 and acc != 1) or (margin < 0 and acc != 0):
+        return math.nan
+    return margin
+
+
+def line_margins(resps: list[Any], targets: list[Any], accs: list[Any]) -> np.ndarray:
+    """``line_margin`` of many lines at once: in bulk where every line reads (numpy parses the
+    log-likelihoods' strings; one reduction over all choices), else line by line."""
+    try:
+        counts = np.fromiter(map(len, resps), dtype=np.int64, count=len(resps))
+        if not resps or counts.min() < 2 or not all(type(r) is list for r in resps):
+            raise ValueError
+        lls = np.asarray([c[0] for r in resps for c in r], dtype=float)
+        gold = np.asarray([_index(t) for t in targets], dtype=np.int64)
+        acc = np.asarray(accs, dtype=float)
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return np.array([line_margin(*line) for line in zip(resps, targets, accs, strict=True)], dtype=float)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    ok = (gold >= 0) & (gold < counts)
+    at = starts + np.where(ok, gold, 0)
+    gold_ll = lls[at]
+    others = lls.copy()
+    others[at] = -np.inf
+    margin = gold_ll - np.maximum.reduceat(others, starts)
+    agrees = np.where(margin > 0, acc == 1, np.where(margin < 0, acc == 0, True))
+    return np.where(ok & np.isfinite(margin) & agrees, margin, np.nan)
+
+
+def _index(target: Any) -> int:
+    """The gold index a samples line's target names, or -1."""
+    if isinstance(target, bool):
+        return -1
+    if isinstance(target, int):
+        return target
+    if isinstance(target, str) and target.strip().isdigit():
+        return int(target)
+    return -1
 
 
 def uniforms(task: str, size: int, seed: int) -> np.ndarray:

@@ -380,6 +380,7 @@ def _task_series(
     cluster_field: str | None,
     untestable: dict[SeriesKey, str],
     sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+    choice_margins: dict[str, tuple[np.ndarray, np.ndarray]] | None,
 ) -> dict[SeriesKey, MetricSeries]:
     config = data["configs"].get(task) or {}
     entry = data["results"].get(task)
@@ -407,12 +408,20 @@ def _task_series(
     path = samples_path(results_file, task)
     if not path.is_file():
         raise GateError(f"{path}: samples file missing for task {task} (was lm-eval run with --log_samples?)")
-    by_filter, task_hash = read_samples(path, task, Wanted(per_filter, kinds, cluster_field))
+    # acc's margins (results/informative.py), when asked: from the filter acc is a per-item mean under
+    margins_filter = None if choice_margins is None else next(
+        (f for f, ms in per_filter.items() if "acc" in ms and kinds["acc"][0].name == "mean"), None)
+    by_filter, task_hash = read_samples(path, task, Wanted(per_filter, kinds, cluster_field, margins_filter))
     effective = ((data.get("n-samples") or {}).get(task) or {}).get("effective")
-    return _check_and_build(
+    series = _check_and_build(
         by_filter, task_hash, path, task, data, per_filter, kinds, reported, hib_map, cluster_field, effective,
         sample_lines,
     )
+    fd = by_filter.get(margins_filter) if margins_filter is not None else None
+    if choice_margins is not None and fd is not None and fd.margins is not None and np.isfinite(fd.margins).any():
+        order = np.argsort(fd.doc_ids, kind="stable")
+        choice_margins[task] = (fd.doc_ids[order], fd.margins[order])
+    return series
 
 
 def _check_and_build(
@@ -508,13 +517,15 @@ def _groups(data: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str
 
 
 def load_run(
-    path: str | Path, *, cluster_keys: dict[str, str] | None = None, snippets: bool = False
+    path: str | Path, *, cluster_keys: dict[str, str] | None = None, snippets: bool = False,
+    choice_margins: bool = False,
 ) -> RunResults:
     """Read one lm-eval run (output dir, model subfolder or results file) into ``RunResults``.
 
     ``cluster_keys`` maps a task to the doc field whose value labels each item's cluster.
     ``snippets=True`` also fills ``run.snippets`` for every item (slow on big runs: prefer
-    ``attach_snippets`` for the few items a report shows).
+    ``attach_snippets`` for the few items a report shows). ``choice_margins=True`` also fills
+    ``run.choice_margins`` (what a baseline stores; a third more time to read a multiple-choice run).
     Raises ``GateError`` (one line, naming the file) on anything missing or inconsistent.
     """
     results_file, notes = find_results_file(Path(path))
@@ -528,8 +539,10 @@ def load_run(
     series: dict[SeriesKey, MetricSeries] = {}
     untestable: dict[SeriesKey, str] = {}
     sample_lines: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    margins: dict[str, tuple[np.ndarray, np.ndarray]] | None = {} if choice_margins else None
     for task in leaf_tasks:
-        series.update(_task_series(results_file, data, task, cluster_keys.get(task), untestable, sample_lines))
+        series.update(_task_series(results_file, data, task, cluster_keys.get(task), untestable, sample_lines,
+                                   margins))
     groups, group_subtasks = _groups(data)
     run = RunResults(
         provenance=_provenance(results_file, data, manifest),
@@ -539,6 +552,7 @@ def load_run(
         notes=notes,
         untestable=untestable,
         sample_lines=sample_lines,
+        choice_margins=margins or {},
     )
     if snippets:
         wanted: dict[tuple[str, str], set[int]] = {}

@@ -35,6 +35,7 @@ import numpy as np
 
 from gatekeeper.errors import GateError
 from gatekeeper.model import HASH_DTYPE
+from gatekeeper.results.informative import line_margins
 from gatekeeper.results.metrics import MetricKind, Unusual
 from gatekeeper.text import json_problem, short
 
@@ -56,6 +57,9 @@ class Wanted:
     metrics: dict[str, list[str]]  # filter -> metric names (from results.json)
     kinds: dict[str, tuple[MetricKind, str]]  # metric -> (kind, aggregation)
     cluster_field: str | None
+    # The filter whose lines give each multiple-choice item's margin (results/informative.py):
+    # the one acc is reported under; None for a task without acc.
+    margins_filter: str | None = None
 
 
 @dataclass
@@ -69,6 +73,7 @@ class FilterData:
     values: dict[str, Any]
     clusters: np.ndarray | None
     offsets: np.ndarray
+    margins: np.ndarray | None = None  # each item's choice margin (NaN: none), for margins_filter
 
 
 @dataclass
@@ -80,6 +85,7 @@ class _Parts:
     values: dict[str, list[Any]] = field(default_factory=dict)
     clusters: list[str] = field(default_factory=list)
     offsets: list[np.ndarray] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)
 
 
 class _Shape:
@@ -97,6 +103,8 @@ class _Shape:
         ]
         names = {m for ms in wanted.metrics.values() for m in ms}
         names |= {key for m in names for key in wanted.kinds[m][0].line_fields}
+        if wanted.margins_filter is not None:
+            names |= {"filtered_resps", "target", "acc"}
         for key in sorted(names - set(self.attr)):
             self.attr[key] = f"f{len(self.attr)}"
             fields.append((self.attr[key], Any, _UNSET))
@@ -248,6 +256,8 @@ def read_samples(path: Path, task: str, wanted: Wanted) -> tuple[dict[str, Filte
                     part.values[metric].append(value)
             if wanted.cluster_field is not None:
                 part.clusters.extend(_clusters(shape, sel, at))
+            if filt == wanted.margins_filter:
+                part.margins.extend(_margins(shape, sel))
     _no_duplicates(path, shape, ids_by_filter)
     return {filt: _finish(p, wanted) for filt, p in parts.items()}, task_hash.hexdigest()
 
@@ -293,6 +303,13 @@ def _clusters(shape: _Shape, lines: list[Any], where: Any) -> list[str]:
     return list(map(str, keys))
 
 
+def _margins(shape: _Shape, lines: list[Any]) -> list[float]:
+    """Each line's choice margin; NaN where the line does not give one (never an error: an item
+    without a margin is read with certainty by an informative design)."""
+    resps, targets, accs = ([getattr(obj, shape.attr[key]) for obj in lines] for key in ("filtered_resps", "target", "acc"))
+    return line_margins(resps, targets, accs).tolist()
+
+
 def _no_duplicates(path: Path, shape: _Shape, ids_by_filter: dict[str, list[int]]) -> None:
     """GateError naming the first line that repeats a (doc_id, filter). Found in bulk; only then
     is the file read again, line by line, to name the line."""
@@ -315,4 +332,5 @@ def _finish(p: _Parts, wanted: Wanted) -> FilterData:
         values=values,
         clusters=np.asarray(p.clusters, dtype=str) if wanted.cluster_field is not None else None,
         offsets=np.concatenate(p.offsets),
+        margins=np.asarray(p.margins, dtype=float) if p.margins else None,
     )
