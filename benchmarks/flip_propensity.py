@@ -17,6 +17,11 @@ share of its flipped items (right to wrong or wrong to right, acc) in each group
 then pooled over the harmless variants and over the defects.
 
 Read the first column: under a uniform order each group would hold 1/bins of the flips.
+
+Then, per variant and multiple-choice task, what the informative design (results/informative.py,
+built from the reference run's margins as a baseline stores them, seed 1234) would have read and
+decided: the flips among its items, and the one-sided p-value of a drop from the weighted flips'
+exact test beside McNemar's exact test on every item.
 """
 
 from __future__ import annotations
@@ -111,7 +116,36 @@ def main() -> int:
         total = counts.sum()
         if total:
             print(f"  all {kind:<19} {int(total):>4} flips: " + " ".join(f"{c / total:.2f}" for c in counts))
+    designed(out, rows)
     return 0
+
+
+def designed(out: Path, rows: list[dict]) -> None:
+    """Each variant's flips and p-value under the informative design, beside every item's."""
+    from gatekeeper.compare.stats.mcnemar import mcnemar
+    from gatekeeper.compare.stats.weighted import weighted_flip_test
+    from gatekeeper.results import informative
+    from gatekeeper.results.reader import load_run
+
+    reference = load_run(out / "reference", choice_margins=True)
+    designs = {task: informative.design(task, margins, seed=1234)
+               for task, (_, margins) in reference.choice_margins.items()}
+    share = sum(d.read().sum() for d in designs.values()) / sum(d.pi.size for d in designs.values())
+    print(f"informative design (seed 1234): reads {share:.0%} of the multiple-choice items; per variant and task, "
+          "flips read / all, and p of a drop: weighted on the design's items | McNemar exact on every item")
+    for row in rows:
+        cand = load_run(out / "gates" / row["name"])
+        cells = []
+        for task, design in sorted(designs.items()):
+            key = next(k for k in reference.series if k.task == task and k.metric == "acc")
+            if key not in cand.series:
+                continue
+            base, other = reference.series[key].values, cand.series[key].values
+            read = np.flatnonzero(design.read())
+            w = weighted_flip_test(base[read], other[read], design.weights(read), base.size, True, 0.95)
+            full = mcnemar(base, other, True, 0.95, exact=True)
+            cells.append(f"{task} {w.flips}/{full.b + full.c} p {w.p_worse:.2g} | {full.p_worse:.2g}")
+        print(f"  {row['name']:<15} " + "; ".join(cells))
 
 
 if __name__ == "__main__":
