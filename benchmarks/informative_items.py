@@ -118,7 +118,12 @@ def main() -> int:
     ap.add_argument("--flip-rate", type=float, default=0.05)
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=57)
+    ap.add_argument("--sequential", action="store_true",
+                    help="instead: today's sequential gate (a random quarter a look) against looks in the informative "
+                         "order (47%%, 69%%, 88%%, 100%% of the items), the same rules; alpha 0.05")
     args = ap.parse_args()
+    if args.sequential:
+        return _sequential_main(args)
     print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
           f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
     for i, (label, shape, drop) in enumerate(SCENARIOS):
@@ -130,6 +135,80 @@ def main() -> int:
             print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
                   + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
     return 0
+
+
+def _sequential_main(args: argparse.Namespace) -> int:
+    print(f"sequential gates, n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, alpha 0.05, {LOOKS} looks, "
+          f"{args.sims} simulations, seed {args.seed}: failed, share of items read (the fixed gate failed)")
+    for i, (label, shape, drop) in enumerate(SCENARIOS):
+        t0 = time.perf_counter()
+        rates = simulate_sequential(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
+        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
+        for name, r in rates.items():
+            print(f"  {name:<18} failed {r[0]:.3f}, read {r[1]:.0%} (fixed gate {r[2]:.3f})")
+    return 0
+
+
+# ----------------------------------------------------------------------------- sequential looks
+
+LOOKS = 4
+SCALES = (1.0, 2.0, 4.0, 8.0)  # the informative looks: u < scale * pi (47%, 69%, 88%, 100% of the items)
+
+
+def planned_fractions(pi: np.ndarray) -> np.ndarray:
+    """Each informative look's information fraction were flips uniform (the least the design can
+    know): the variance of reading every item over that of the look's weighted estimate."""
+    return np.array([1.0 / np.mean(1.0 / np.minimum(1.0, s * pi)) for s in SCALES])
+
+
+def sequential_trial(base: np.ndarray, cand: np.ndarray, read_at: list[np.ndarray], weights_at: list[np.ndarray],
+                     t: np.ndarray, alpha: float = 0.05) -> tuple[bool, float]:
+    """(failed, share of the items read) of one sequential gate over looks reading ``read_at[k]``
+    with ``weights_at[k]``: the gate's rules (compare/sequential.py) on one task: an interim look
+    fails on p below its O'Brien-Fleming level with the interval's near end past the margin,
+    passes when the drop is shown below the design alternative (futility), the last look decides
+    as the fixed rule at its level; exact p-values at interim looks, mid-p at the last."""
+    from gatekeeper.compare import sequential as seq
+
+    n = base.size
+    levels = seq.look_levels(t, alpha)
+    final = float(levels[-1])
+    for k, (read, w) in enumerate(zip(read_at, weights_at, strict=True)):
+        last = k == len(read_at) - 1
+        r = weighted_flip_test(base[read], cand[read], w, n, True, 1 - 2 * float(levels[k]), exact=not last)
+        if r.p_worse < levels[k] and r.ci_high < -MARGIN:
+            return True, read.size / n
+        if last:
+            return False, 1.0
+        if seq.futile(-r.delta, r.se, n, MARGIN, float(t[k]), len(read_at), final):
+            return False, read.size / n
+    raise AssertionError("the last look decides")
+
+
+def simulate_sequential(n: int, flip_rate: float, shape: str, drop: float, sims: int, seed: int) -> dict[str, np.ndarray]:
+    """{design: [failed, share read, failed at the fixed gate on the same data]} averaged: today's
+    sequential gate (a random quarter of the items a look) and the informative one (SCALES)."""
+    rng = np.random.default_rng(seed)
+    q = propensity(n, flip_rate, shape)
+    pi = informative.design("t", np.arange(n, dtype=float), seed=seed).pi
+    t_informative = planned_fractions(pi)
+    t_uniform = np.arange(1, LOOKS + 1) / LOOKS
+    out = {"uniform looks": np.zeros(3), "informative looks": np.zeros(3)}
+    for sim in range(sims):
+        base, cand = draw(rng, q, flip_rate, drop)
+        full = mcnemar(base, cand, True, 0.9)
+        fixed = full.p_worse < 0.05 and full.ci_high < -MARGIN
+        order = rng.permutation(n)
+        uniform = [order[: round(n * f)] for f in t_uniform]
+        u = informative.uniforms("t", n, seed * 100_003 + sim)
+        chosen = [np.flatnonzero(u < s * pi) for s in SCALES]
+        for name, reads, weights, t in (
+                ("uniform looks", uniform, [np.full(r.size, n / r.size) for r in uniform], t_uniform),
+                ("informative looks", chosen, [1.0 / np.minimum(1.0, s * pi[r]) for s, r in zip(SCALES, chosen, strict=True)],
+                 t_informative)):
+            failed, share = sequential_trial(base, cand, reads, weights, t)
+            out[name] += (failed, share, fixed)
+    return {k: v / sims for k, v in out.items()}
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 and after (compare/stats/studentized.py).
 
     python benchmarks/small_levels.py [--sims 4000] [--quick]
-        [--ratio | --corpus bleu|chrf | --swap f1|mcc|nanmean | --cell SIGMA N]
+        [--ratio | --corpus bleu|chrf | --swap f1|mcc|nanmean | --cell SIGMA N [--seed S]]
     (about an hour on one core; --quick 5 min)
 
 Harmless, skewed changes: each item's change is a lognormal draw minus its mean (most items a
@@ -302,10 +302,11 @@ def main() -> int:
     ap.add_argument("--cell", nargs=2, type=float, metavar=("SIGMA", "N"),
                     help="one cell of the means' table only, with the seed the full run gives it "
                          "(int(100 * SIGMA) + N): what docs/statistics.md quotes for that cell")
+    ap.add_argument("--seed", type=int, help="with --cell: this seed instead (an independent re-run)")
     args = ap.parse_args()
     if args.cell:
         sigma, n = args.cell[0], int(args.cell[1])
-        seed = int(100 * sigma) + n
+        seed = int(100 * sigma) + n if args.seed is None else args.seed
         t0 = time.perf_counter()
         before, after = size_rates(n, sigma, args.sims, seed=seed)
         err = " ".join(f"{_se(lv, args.sims):.4f}" for lv in LEVELS)
