@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gatekeeper.compare.stats.mcnemar import mcnemar  # noqa: E402
-from gatekeeper.compare.stats.weighted import weighted_flip_test  # noqa: E402
+from gatekeeper.compare.stats.weighted import until_informed, weighted_flip_test  # noqa: E402
 from gatekeeper.results import informative  # noqa: E402
 
 LEVELS = (0.05, 0.005)
@@ -112,43 +112,6 @@ SCENARIOS = (("harmless, flips along the curve", "curve", 0.0),
              ("drop 3 points, flips uniform", "uniform", 0.03))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1000)
-    ap.add_argument("--flip-rate", type=float, default=0.05)
-    ap.add_argument("--sims", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=57)
-    ap.add_argument("--sequential", action="store_true",
-                    help="instead: today's sequential gate (a random quarter a look) against looks in the informative "
-                         "order (47%%, 69%%, 88%%, 100%% of the items), the same rules; alpha 0.05")
-    args = ap.parse_args()
-    if args.sequential:
-        return _sequential_main(args)
-    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
-          f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
-    for i, (label, shape, drop) in enumerate(SCENARIOS):
-        t0 = time.perf_counter()
-        rates = simulate(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
-        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
-        for name, r in rates.items():
-            k = len(LEVELS)
-            print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
-                  + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
-    return 0
-
-
-def _sequential_main(args: argparse.Namespace) -> int:
-    print(f"sequential gates, n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, alpha 0.05, {LOOKS} looks, "
-          f"{args.sims} simulations, seed {args.seed}: failed, share of items read (the fixed gate failed)")
-    for i, (label, shape, drop) in enumerate(SCENARIOS):
-        t0 = time.perf_counter()
-        rates = simulate_sequential(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
-        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
-        for name, r in rates.items():
-            print(f"  {name:<18} failed {r[0]:.3f}, read {r[1]:.0%} (fixed gate {r[2]:.3f})")
-    return 0
-
-
 # ----------------------------------------------------------------------------- sequential looks
 
 LOOKS = 4
@@ -209,6 +172,91 @@ def simulate_sequential(n: int, flip_rate: float, shape: str, drop: float, sims:
             failed, share = sequential_trial(base, cand, reads, weights, t)
             out[name] += (failed, share, fixed)
     return {k: v / sims for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------- reading until informed
+
+
+def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: int, seed: int) -> dict[str, np.ndarray]:
+    """{design: [p below each level..., failed at each level..., share read]} for every item and
+    for reading stage by stage until informed (compare/stats/weighted.until_informed), on the
+    same data."""
+    rng = np.random.default_rng(seed)
+    q = propensity(n, flip_rate, shape)
+    pi = informative.design("t", np.arange(n, dtype=float), seed=seed).pi
+    width = 2 * len(LEVELS) + 1
+    out = {name: np.zeros(width) for name in ("every item", "until informed")}
+    for sim in range(sims):
+        base, cand = draw(rng, q, flip_rate, drop)
+        u = informative.uniforms("t", n, seed * 100_003 + sim)
+        s = SCALES[until_informed(base != cand, u, pi, SCALES)]
+        read = np.flatnonzero(u < s * pi)
+        weights = 1.0 / np.minimum(1.0, s * pi[read])
+        for level_i, level in enumerate(LEVELS):
+            full = mcnemar(base, cand, True, 1 - 2 * level, exact=True)
+            r = weighted_flip_test(base[read], cand[read], weights, n, True, 1 - 2 * level)
+            for name, p, hi in (("every item", full.p_worse, full.ci_high), ("until informed", r.p_worse, r.ci_high)):
+                out[name][level_i] += p < level
+                out[name][len(LEVELS) + level_i] += fails(p, hi, level)
+        out["every item"][-1] += 1.0
+        out["until informed"][-1] += read.size / n
+    return {k: v / sims for k, v in out.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--flip-rate", type=float, default=0.05)
+    ap.add_argument("--sims", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=57)
+    ap.add_argument("--sequential", action="store_true",
+                    help="instead: today's sequential gate (a random quarter a look) against looks in the informative "
+                         "order (47%%, 69%%, 88%%, 100%% of the items), the same rules; alpha 0.05")
+    ap.add_argument("--until-informed", action="store_true",
+                    help="instead: every item against reading the design's stages (47%%, 69%%, 88%%, 100%%) until "
+                         "the read flips hold 95%% of the information, one exact test there")
+    args = ap.parse_args()
+    if args.sequential:
+        return _sequential_main(args)
+    if args.until_informed:
+        return _informed_main(args)
+    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
+          f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
+    for i, (label, shape, drop) in enumerate(SCENARIOS):
+        t0 = time.perf_counter()
+        rates = simulate(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
+        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
+        for name, r in rates.items():
+            k = len(LEVELS)
+            print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
+                  + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
+    return 0
+
+
+def _sequential_main(args: argparse.Namespace) -> int:
+    print(f"sequential gates, n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, alpha 0.05, {LOOKS} looks, "
+          f"{args.sims} simulations, seed {args.seed}: failed, share of items read (the fixed gate failed)")
+    for i, (label, shape, drop) in enumerate(SCENARIOS):
+        t0 = time.perf_counter()
+        rates = simulate_sequential(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
+        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
+        for name, r in rates.items():
+            print(f"  {name:<18} failed {r[0]:.3f}, read {r[1]:.0%} (fixed gate {r[2]:.3f})")
+    return 0
+
+
+def _informed_main(args: argparse.Namespace) -> int:
+    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
+          f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
+    k = len(LEVELS)
+    for i, (label, shape, drop) in enumerate(SCENARIOS):
+        t0 = time.perf_counter()
+        rates = simulate_adaptive(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
+        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
+        for name, r in rates.items():
+            print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
+                  + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,13 @@ false-alarm rate. With every weight 1 it is McNemar's exact (or mid-p) test.
 
 The interval is Wald's on the estimate, its variance the weighted squares of the read items'
 changes (with every weight 1, the paired mean's: var(d) / n).
+
+Reading until informed (``until_informed``): the design's stages are read one after another
+(scale 1, 2, 4, ...: each reads the last one's items and more) and the test is made once, at the
+first stage whose read flips hold most of the information reading every item would give. The
+choice looks only at *which* items flipped, never which way: given the flips, every direction is
+still a fair coin under "no change", so the test at the chosen stage keeps its exact level
+whatever the flips, with no share of alpha spent on the stages passed.
 """
 
 from __future__ import annotations
@@ -105,3 +112,31 @@ def weighted_flip_test(baseline: np.ndarray, candidate: np.ndarray, weights: np.
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     return WeightedFlips(delta, p_worse, p_better, delta - z * se, delta + z * se, se, int(base.size),
                          int(flipped.sum()), n)
+
+
+INFORMED = 0.95  # the share of the whole read's information a stage must hold to be decided at
+MIN_FLIPS = 20  # fewer read flips estimate that share too loosely: read on
+
+
+def informed_share(weights: np.ndarray) -> float:
+    """The share of the information of reading every item that flipped items read with these
+    ``weights`` hold, estimated from where they are alone: sum(w) / sum(w^2), the variance of the
+    count of every flip over that of its weighted estimate (1 when every weight is 1)."""
+    weights = np.asarray(weights, dtype=float)
+    return float(weights.sum() / np.square(weights).sum()) if weights.size else 0.0
+
+
+def until_informed(flipped: np.ndarray, u: np.ndarray, pi: np.ndarray, scales: tuple[float, ...],
+                   informed: float = INFORMED, min_flips: int = MIN_FLIPS) -> int:
+    """The index of the first scale whose read flips (item i read when u_i < scale * pi_i) number
+    at least ``min_flips`` and hold ``informed`` of the information; the last scale otherwise
+    (which should read every item). ``flipped``: which items' values differ between the runs
+    (only those read at a stage may be looked at: a stage's choice never depends on an unread
+    item, nor on any direction)."""
+    flipped = np.asarray(flipped, dtype=bool)
+    for i, scale in enumerate(scales[:-1]):
+        read = (u < scale * pi) & flipped
+        weights = 1.0 / np.minimum(1.0, scale * pi[read])
+        if int(read.sum()) >= min_flips and informed_share(weights) >= informed:
+            return i
+    return len(scales) - 1
