@@ -141,7 +141,7 @@ def test_a_line_gives_acc_margin_only_when_it_reads_and_agrees_with_acc() -> Non
     assert informative.line_margin(lls, "1", 1.0) == pytest.approx(6.25)
     assert informative.line_margin([[-3.0, False], [-1.0, True]], 0, 0.0) == pytest.approx(-2.0)
     for resps, target, acc in ((lls, "Paris", 1.0),  # a text gold: lm-eval maps it, the line does not say how
-                               (lls, [1, 2], 1.0), (lls, True, 1.0), (lls, "7", 0.0),  # several golds, a bool, out of range
+                               (lls, [1, 2], 1.0), (lls, True, 1.0), (lls, "7", 0.0), (lls, "²", 1.0), (lls, 10**30, 1.0),  # several golds, a bool, out of range
                                (lls, "1", 0.0),  # the gold on top, but acc says wrong: another gold was used
                                ([["x", "False"], ["-1", "False"]], "0", 0.0), ([["-1", "False"]], "0", 1.0), ("-1", "0", 1.0),
                                (lls, "1", None)):

@@ -49,9 +49,8 @@ def line_margin(filtered_resps: Any, target: Any, acc: Any) -> float:
     gold choice's index (an integer, or its digits as a string). NaN unless all of that reads and
     the margin's sign agrees with acc (a right answer has the gold choice on top): a task whose
     gold is text, or several golds, has no margin, and its items are read with certainty."""
-    if isinstance(target, str) and target.strip().isdigit():
-        target = int(target)
-    if not isinstance(target, int) or isinstance(target, bool) or not isinstance(filtered_resps, list):
+    target = _index(target)
+    if target < 0 or not isinstance(filtered_resps, list):
         return math.nan
     try:
         lls = [float(r[0]) for r in filtered_resps]
@@ -94,7 +93,7 @@ def _index(target: Any) -> int:
         return -1
     if isinstance(target, int):
         return target
-    if isinstance(target, str) and target.strip().isdigit():
+    if isinstance(target, str) and target.strip().isascii() and target.strip().isdigit():
         return int(target)
     return -1
 
@@ -129,7 +128,9 @@ class Design:
     u: np.ndarray
 
     def read(self, t: float = 1.0) -> np.ndarray:
-        """Which documents are read at fraction ``t`` of the design (a bool per doc_id)."""
+        """Which documents are read at scale ``t`` of the design (a bool per doc_id; t = 1 the
+        design's own items, 1 / min(pi) every item; relative weights stay integers for t a power
+        of two)."""
         return self.u < t * self.pi
 
     def weights(self, doc_ids: np.ndarray, t: float = 1.0) -> np.ndarray:
