@@ -2,6 +2,8 @@
 """Informative items first (issue #57): false alarms, power and items read, against reading every item.
 
     python benchmarks/informative_items.py [--n 1000] [--flip-rate 0.05] [--sims 2000] [--seed 57]
+        [--until-informed | --sequential]
+    (each about 25 s on one core)
 
 One task of n right/wrong items. Its baseline's |margin| ranks the items; a change flips item i
 with probability proportional to exp(-rank_i / 0.12), rank_i in [0, 1) smallest margin first:
@@ -17,6 +19,12 @@ margin 0.01), and the share of the items read:
 - every item, McNemar's exact test (the fixed gate);
 - the informative design (results/informative.py) at t = 1 (|margin| quarters read at 1, 1/2,
   1/4, 1/8: 47% of the items) and t = 2 (1, 1, 1/2, 1/4: 69%), the weighted flips' exact test.
+
+``--until-informed``: every item against reading the design's stages (scales 1, 2, 4, 8: 47%,
+69%, 88%, 100%) until the read flips hold 95% of the information (compare/stats/weighted.py
+``until_informed``), one exact test there. ``--sequential``: today's sequential gate (a random
+quarter of the items a look) against looks in the informative order, with the same rules
+(compare/sequential.py), alpha 0.05.
 
 Scenarios: harmless with flips along the curve, harmless with every flip among the quarter the
 baseline was surest of (read at 1/8: the adversarial case), and harmless with flips uniform;
@@ -218,16 +226,19 @@ def main() -> int:
     args = ap.parse_args()
     if args.sequential:
         return _sequential_main(args)
-    if args.until_informed:
-        return _informed_main(args)
+    return _levels_main(args, simulate_adaptive if args.until_informed else simulate)
+
+
+def _levels_main(args: argparse.Namespace, simulation) -> int:
+    """Each scenario's rates per design: P(p < level), the gate failed at each level, items read."""
     print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
           f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
+    k = len(LEVELS)
     for i, (label, shape, drop) in enumerate(SCENARIOS):
         t0 = time.perf_counter()
-        rates = simulate(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
+        rates = simulation(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
         print(f"{label} ({time.perf_counter() - t0:.0f} s)")
         for name, r in rates.items():
-            k = len(LEVELS)
             print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
                   + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
     return 0
@@ -243,21 +254,6 @@ def _sequential_main(args: argparse.Namespace) -> int:
         for name, r in rates.items():
             print(f"  {name:<18} failed {r[0]:.3f}, read {r[1]:.0%} (fixed gate {r[2]:.3f})")
     return 0
-
-
-def _informed_main(args: argparse.Namespace) -> int:
-    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
-          f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
-    k = len(LEVELS)
-    for i, (label, shape, drop) in enumerate(SCENARIOS):
-        t0 = time.perf_counter()
-        rates = simulate_adaptive(args.n, args.flip_rate, shape, drop, args.sims, args.seed + i)
-        print(f"{label} ({time.perf_counter() - t0:.0f} s)")
-        for name, r in rates.items():
-            print(f"  {name:<16} p below: " + " / ".join(f"{x:.4f}" for x in r[:k]) + "; failed: "
-                  + " / ".join(f"{x:.4f}" for x in r[k:2 * k]) + f"; read {r[-1]:.0%}")
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
