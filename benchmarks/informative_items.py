@@ -48,14 +48,14 @@ from gatekeeper.results import informative  # noqa: E402
 
 LEVELS = (0.05, 0.005)
 MARGIN = 0.01
-TAU = 0.12  # the propensity curve's decay over the |margin| ranks
+TAU = 0.12  # the propensity curve's decay over the |margin| ranks (--tau)
 
 
 def propensity(n: int, flip_rate: float, shape: str) -> np.ndarray:
     """Each item's flip probability (items in |margin| order, smallest first), mean flip_rate."""
     rank = np.arange(n) / n
     if shape == "curve":
-        q = np.exp(-rank / TAU)
+        q = np.exp(-rank / TAU)  # TAU: main() may set it from --tau
     elif shape == "uniform":
         q = np.ones(n)
     elif shape == "confident":  # only the quarter the baseline was surest of
@@ -212,11 +212,15 @@ def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: i
 
 
 def main() -> int:
+    global TAU  # --tau: the curve every simulation below draws from
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--flip-rate", type=float, default=0.05)
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=57)
+    ap.add_argument("--tau", type=float, default=TAU,
+                    help="the curve's decay over the |margin| ranks: 0.12 puts 81%% of the flips in the smallest-margin "
+                         "fifth, 0.25 56%%, 0.5 38%% (uniform: 20%%)")
     ap.add_argument("--sequential", action="store_true",
                     help="instead: today's sequential gate (a random quarter a look) against looks in the informative "
                          "order (47%%, 69%%, 88%%, 100%% of the items), the same rules; alpha 0.05")
@@ -224,6 +228,7 @@ def main() -> int:
                     help="instead: every item against reading the design's stages (47%%, 69%%, 88%%, 100%%) until "
                          "the read flips hold 95%% of the information, one exact test there")
     args = ap.parse_args()
+    TAU = args.tau
     if args.sequential:
         return _sequential_main(args)
     return _levels_main(args, simulate_adaptive if args.until_informed else simulate)
@@ -231,8 +236,8 @@ def main() -> int:
 
 def _levels_main(args: argparse.Namespace, simulation) -> int:
     """Each scenario's rates per design: P(p < level), the gate failed at each level, items read."""
-    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, {args.sims} simulations, seed {args.seed}; "
-          f"P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
+    print(f"n {args.n}, flip rate {args.flip_rate}, margin {MARGIN}, curve tau {TAU}, {args.sims} simulations, "
+          f"seed {args.seed}; P(p < {' / '.join(map(str, LEVELS))}); the gate failed at each; share of items read")
     k = len(LEVELS)
     for i, (label, shape, drop) in enumerate(SCENARIOS):
         t0 = time.perf_counter()
