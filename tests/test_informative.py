@@ -168,8 +168,11 @@ def test_a_run_and_its_baseline_carry_each_choice_items_margin(demo_run: Callabl
     for task, (doc_ids, margins) in run.choice_margins.items():
         assert np.array_equal(stored.choice_margins[task][0], doc_ids)
         assert stored.choice_margins[task][1] == pytest.approx(margins, abs=5e-5)
-        design = informative.design(task, stored.choice_margins[task][1], seed=1234)
+        design = informative.design(task, stored.choice_margins[task][1], seed=1234, doc_ids=doc_ids)
         assert 0.3 < design.read().mean() < 0.65
+    # documents a baseline holds no margin for (here: every other one) are read with certainty
+    sparse = informative.design("t", np.array([0.5, 2.0, 9.0]), seed=1, doc_ids=np.array([0, 2, 4]))
+    assert sparse.pi.size == 5 and sparse.pi[1] == sparse.pi[3] == 1.0 and sparse.read()[[1, 3]].all()
     recorded = json.loads(gzip.decompress(demo_gate("base").baseline.read_bytes()))  # gate --record-missing
     assert sorted(recorded["multiple_choice_margins"]) == ["demo_arith_mc", "demo_capitals_mc"]
     assert "multiple_choice_margins" not in json.loads(gzip.decompress(DEMO_BASELINE.read_bytes()))

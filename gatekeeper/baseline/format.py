@@ -117,8 +117,8 @@ def to_document(results: RunResults, *, suite_name: str | None, suite_hash: str 
     # Absent, not empty, without them: older baselines keep their bytes. The key sorts after
     # "format", which is_baseline_file (this and older versions) looks for in the first 1 KiB.
     if results.choice_margins:
-        body["multiple_choice_margins"] = {task: _margins_doc(*results.choice_margins[task])
-                                  for task in sorted(results.choice_margins)}
+        body["multiple_choice_margins"] = {
+            task: _margins_doc(*results.choice_margins[task]) for task in sorted(results.choice_margins)}
     body = json.loads(_dump(body))  # normalise numpy scalars / tuples exactly as they will be read
     body["checksum"] = _checksum(body)
     return body

@@ -142,10 +142,18 @@ class Design:
         return float(np.minimum(1.0, t * self.pi).mean()) if self.pi.size else 0.0
 
 
-def design(task: str, margins: np.ndarray, seed: int, shares: Sequence[float] = SHARES) -> Design:
+def design(task: str, margins: np.ndarray, seed: int, shares: Sequence[float] = SHARES,
+           doc_ids: np.ndarray | None = None) -> Design:
     """The design of a task whose documents 0 .. n - 1 have the baseline's choice ``margins``
-    (NaN: none, read with certainty). ``shares``: the probability each |margin| stratum is read,
-    smallest margin first; each in (0, 1] and 1 / share an integer power of two (exact weights)."""
+    (NaN: none, read with certainty), or, with ``doc_ids``, whose documents ``doc_ids`` have them
+    (as a baseline stores them; a document not among them has none). ``shares``: the probability
+    each |margin| stratum is read, smallest margin first; each in (0, 1] and 1 / share an integer
+    power of two (exact weights)."""
+    if doc_ids is not None:
+        doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        dense = np.full(int(doc_ids.max()) + 1 if doc_ids.size else 0, np.nan)
+        dense[doc_ids] = margins
+        margins = dense
     shares = np.asarray(shares, dtype=float)
     if shares.size == 0 or np.any(shares <= 0) or np.any(shares > 1):
         raise ValueError(f"shares must lie in (0, 1], got {shares.tolist()}")

@@ -525,7 +525,7 @@ def load_run(
     ``cluster_keys`` maps a task to the doc field whose value labels each item's cluster.
     ``snippets=True`` also fills ``run.snippets`` for every item (slow on big runs: prefer
     ``attach_snippets`` for the few items a report shows). ``choice_margins=True`` also fills
-    ``run.choice_margins`` (what a baseline stores; a third more time to read a multiple-choice run).
+    ``run.choice_margins`` (what a baseline stores; half again the time to read a multiple-choice run).
     Raises ``GateError`` (one line, naming the file) on anything missing or inconsistent.
     """
     results_file, notes = find_results_file(Path(path))
