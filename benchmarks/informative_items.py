@@ -101,8 +101,9 @@ def simulate(n: int, flip_rate: float, shape: str, drop: float, sims: int, seed:
             out["every item"][len(LEVELS) + level_i] += fails(full.p_worse, full.ci_high, level)
         out["every item"][-1] += 1.0
         for t, name in ((1.0, "informative t=1"), (2.0, "informative t=2")):
-            read = u < np.minimum(1.0, t * design.pi)
-            weights = 1.0 / np.minimum(1.0, t * design.pi[read])
+            drawn = informative.Design("t", design.pi, u)
+            read = drawn.read(t)
+            weights = drawn.weights(np.flatnonzero(read), t)
             for level_i, level in enumerate(LEVELS):
                 r = weighted_flip_test(base[read], cand[read], weights, n, True, 1 - 2 * level)
                 out[name][level_i] += r.p_worse < level
@@ -123,7 +124,7 @@ SCENARIOS = (("harmless, flips along the curve", "curve", 0.0),
 # ----------------------------------------------------------------------------- sequential looks
 
 LOOKS = 4
-SCALES = (1.0, 2.0, 4.0, 8.0)  # the informative looks: u < scale * pi (47%, 69%, 88%, 100% of the items)
+SCALES = informative.SCALES  # the informative looks: 47%, 69%, 88%, 100% of the items
 
 
 def planned_fractions(pi: np.ndarray) -> np.ndarray:
@@ -172,10 +173,11 @@ def simulate_sequential(n: int, flip_rate: float, shape: str, drop: float, sims:
         order = rng.permutation(n)
         uniform = [order[: round(n * f)] for f in t_uniform]
         u = informative.uniforms("t", n, seed * 100_003 + sim)
-        chosen = [np.flatnonzero(u < s * pi) for s in SCALES]
+        drawn = informative.Design("t", pi, u)
+        chosen = [np.flatnonzero(drawn.read(s)) for s in SCALES]
         for name, reads, weights, t in (
                 ("uniform looks", uniform, [np.full(r.size, n / r.size) for r in uniform], t_uniform),
-                ("informative looks", chosen, [1.0 / np.minimum(1.0, s * pi[r]) for s, r in zip(SCALES, chosen, strict=True)],
+                ("informative looks", chosen, [drawn.weights(r, s) for s, r in zip(SCALES, chosen, strict=True)],
                  t_informative)):
             failed, share = sequential_trial(base, cand, reads, weights, t)
             out[name] += (failed, share, fixed)
@@ -197,9 +199,10 @@ def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: i
     for sim in range(sims):
         base, cand = draw(rng, q, flip_rate, drop)
         u = informative.uniforms("t", n, seed * 100_003 + sim)
-        s = SCALES[until_informed(base != cand, u, pi, SCALES)]
-        read = np.flatnonzero(u < s * pi)
-        weights = 1.0 / np.minimum(1.0, s * pi[read])
+        drawn = informative.Design("t", pi, u)
+        s = SCALES[until_informed(base != cand, drawn)]
+        read = np.flatnonzero(drawn.read(s))
+        weights = drawn.weights(read, s)
         for level_i, level in enumerate(LEVELS):
             full = mcnemar(base, cand, True, 1 - 2 * level, exact=True)
             r = weighted_flip_test(base[read], cand[read], weights, n, True, 1 - 2 * level)

@@ -187,14 +187,14 @@ def test_the_stage_read_until_informed_depends_only_on_which_read_items_flipped(
     assert informed_share(np.ones(7)) == 1.0 and informed_share(np.array([1.0, 8.0])) == pytest.approx(9 / 65)
     rng = np.random.default_rng(575)
     flipped = rng.random(n) < np.exp(-np.arange(n) / n / 0.12) * 0.2
-    stage = until_informed(flipped, design.u, design.pi, bench.SCALES)
+    stage = until_informed(flipped, design)
     assert stage == 1  # the design's 69%: scale 1 (47%) holds less than 95% of the information
     unread = ~(design.u < bench.SCALES[stage] * design.pi)
     more = flipped | (unread & (rng.random(n) < 0.5))  # flips where nothing was read
-    assert until_informed(more, design.u, design.pi, bench.SCALES) == stage
+    assert until_informed(more, design) == stage
     evenly = rng.random(n) < 0.05
-    assert until_informed(evenly, design.u, design.pi, bench.SCALES) == len(bench.SCALES) - 1  # reads every item
-    assert until_informed(np.zeros(n, bool), design.u, design.pi, bench.SCALES) == 3  # no flip read: read on
+    assert until_informed(evenly, design) == len(bench.SCALES) - 1  # reads every item
+    assert until_informed(np.zeros(n, bool), design) == 3  # no flip read: read on
 
 
 @pytest.mark.parametrize("shape", ["curve", "confident", "uniform"])

@@ -32,6 +32,8 @@ import numpy as np
 # The share of each |margin| quarter read, smallest margin first. Powers of two: every read item's
 # weight relative to the others is an integer, so the weighted flips' null distribution is exact.
 SHARES = (1.0, 0.5, 0.25, 0.125)
+# The stages read one after another (Design.read's scale): 47%, 69%, 88% and every item.
+SCALES = (1.0, 2.0, 4.0, 8.0)
 
 
 def choice_margin(loglikelihoods: Sequence[float], gold: int) -> float:

@@ -29,6 +29,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from gatekeeper.results.informative import SCALES, Design
+
 
 @dataclass(frozen=True)
 class WeightedFlips:
@@ -128,17 +130,16 @@ def informed_share(weights: np.ndarray) -> float:
     return float(weights.sum() / np.square(weights).sum()) if weights.size else 0.0
 
 
-def until_informed(flipped: np.ndarray, u: np.ndarray, pi: np.ndarray, scales: tuple[float, ...],
+def until_informed(flipped: np.ndarray, design: Design, scales: tuple[float, ...] = SCALES,
                    informed: float = INFORMED, min_flips: int = MIN_FLIPS) -> int:
-    """The index of the first scale whose read flips (item i read when u_i < scale * pi_i) number
-    at least ``min_flips`` and hold ``informed`` of the information; the last scale otherwise
-    (which should read every item). ``flipped``: which items' values differ between the runs
-    (only those read at a stage may be looked at: a stage's choice never depends on an unread
-    item, nor on any direction)."""
+    """The index of the first scale whose read flips (``design.read(scale)``) number at least
+    ``min_flips`` and hold ``informed`` of the information; the last scale otherwise (which should
+    read every item). ``flipped``: which items' values differ between the runs (only those read
+    at a stage may be looked at: a stage's choice never depends on an unread item, nor on any
+    direction)."""
     flipped = np.asarray(flipped, dtype=bool)
     for i, scale in enumerate(scales[:-1]):
-        read = (u < scale * pi) & flipped
-        weights = 1.0 / np.minimum(1.0, scale * pi[read])
-        if int(read.sum()) >= min_flips and informed_share(weights) >= informed:
+        read = np.flatnonzero(design.read(scale) & flipped)
+        if read.size >= min_flips and informed_share(design.weights(read, scale)) >= informed:
             return i
     return len(scales) - 1
