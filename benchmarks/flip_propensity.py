@@ -54,19 +54,17 @@ def mutants(out: Path) -> list[dict]:
 
 
 def choice_items(run_dir: Path) -> dict[tuple[str, int], tuple[float, float]]:
-    """{(task, doc_id): (acc, margin)} of every multiple-choice item in a run's samples files."""
+    """{(task, doc_id): (acc, margin)} of every multiple-choice item of a run: the margins as a
+    baseline stores them (``load_run(choice_margins=True)``, results/informative.py)."""
+    from gatekeeper.results.reader import load_run
+
+    run = load_run(run_dir, choice_margins=True)
     items = {}
-    for path in sorted(run_dir.rglob("samples_*.jsonl")):
-        task = path.name[len("samples_"):].rsplit("_", 1)[0]
-        for line in path.read_text(encoding="utf-8").splitlines():
-            doc = json.loads(line)
-            resps = doc.get("filtered_resps")
-            if "acc" not in doc or not isinstance(resps, list) or len(resps) < 2:
-                continue
-            lls = np.array([float(r[0]) for r in resps])
-            gold = int(doc["target"])
-            others = np.delete(lls, gold)
-            items[(task, int(doc["doc_id"]))] = (float(doc["acc"]), float(lls[gold] - others.max()))
+    for task, (doc_ids, margins) in run.choice_margins.items():
+        acc = run.series[next(k for k in run.series if k.task == task and k.metric == "acc")]
+        right = dict(zip(acc.doc_ids.tolist(), acc.values.tolist(), strict=True))
+        items.update({(task, d): (right[d], m) for d, m in zip(doc_ids.tolist(), margins.tolist(), strict=True)
+                      if np.isfinite(m)})
     return items
 
 
