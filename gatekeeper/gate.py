@@ -53,7 +53,7 @@ from gatekeeper.results import subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
 from gatekeeper.run import complete, merge, mutants, pins, runner
-from gatekeeper.run.looks import Look, chunk
+from gatekeeper.run.looks import Look, chunk, samples
 from gatekeeper.suite import names
 from gatekeeper.suite.names import RunPlan
 from gatekeeper.suite.policy import Policy
@@ -443,12 +443,12 @@ def run_sequential_gate(
     levels = sequential.look_levels(sequential.fractions(looks), policy.alpha)
     lock = dataset_lock(stored)  # every look at the baseline's dataset commits
 
-    def evaluate(k: int, done: frozenset[str]) -> list[Path]:
+    def evaluate(k: int, done: frozenset[str]) -> list[LookRun]:
         log(f"sequential: look {k} of {looks} (level {levels[k - 1]:.2g})")
-        return [runner.run_suite(suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device,
-                                 log=log, preflight=preflight if k == 1 else None, look=Look(k, looks, seed, done),
-                                 reuse_model=True, batch_size=batch_size, lock=lock,
-                                 items_check=items_checker(stored) if k == 1 else None)]
+        return _load_looks(suite, [runner.run_suite(
+            suite, model, Path(out_dir) / f"look-{k}", revision=revision, device=device, log=log,
+            preflight=preflight if k == 1 else None, look=Look(k, looks, seed, done), reuse_model=True,
+            batch_size=batch_size, lock=lock, items_check=items_checker(stored) if k == 1 else None)])
 
     try:
         result = _sequential_looks(suite, looks, stored, baseline_path, anchor, policy, log, futility, evaluate)
@@ -483,13 +483,13 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
         anchor = load_anchor(baseline_path)
     _check_look_sizes(found[0], stored, baseline_path)
 
-    def evaluate(k: int, done: frozenset[str]) -> list[Path]:
+    def evaluate(k: int, done: frozenset[str]) -> list[LookRun]:
         parts = [p for p in found if p.info["index"] == k]
         for p in parts:
             if set(p.info.get("done") or ()) != set(done):
                 raise GateError(f"{p.folder}: evaluated with --done {','.join(p.info.get('done') or []) or '(none)'}, "
                                 f"but the looks before it stop {','.join(sorted(done)) or 'no task'}; re-run it")
-        return [p.folder for p in parts]
+        return _load_looks(suite, [p.folder for p in parts])
 
     return _sequential_looks(suite, count, stored, baseline_path, anchor, policy or suite.policy, log, sequential.FUTILITY_BETA,
                              evaluate)
@@ -528,11 +528,44 @@ def _looks_in(folder: Path) -> list[Any]:
     return found
 
 
+# One part of a look, loaded: its run, and the documents it added per task (its manifest's).
+LookRun = tuple[RunResults, dict[str, list[int]]]
+
+
+def _load_looks(suite: Suite, folders: list[Path]) -> list[LookRun]:
+    parts = []
+    for run_dir in folders:
+        with trusted_code(suite.include_path, tuple(suite.task_names)):
+            run = load_run(run_dir, cluster_keys=suite.cluster_keys())
+        docs = ((run.provenance.manifest or {}).get("look") or {}).get("docs", {})
+        parts.append((run, {t_: list(d) for t_, d in docs.items()}))
+    return parts
+
+
+def replay_looks(suite: Suite, full: RunResults, looks: int) -> Callable[[int, frozenset[str]], list[LookRun]]:
+    """The looks of a sequential gate cut from a run of every item instead of evaluated: look k
+    is the documents ``run/looks.py`` gives it, taken from ``full`` (``subset.join`` keeps only
+    those). ``plan --mutants`` grades the sequential gate this way on the run it labels each
+    variant with: the same items and decisions, without evaluating them twice."""
+    seed = int(suite.seeds.get("random", 0) or 0)
+    sizes = {t_: int(d.size) for t_, d in subset.docs_of(full).items()}
+
+    def evaluate(k: int, done: frozenset[str]) -> list[LookRun]:
+        new = samples(sizes, Look(k, looks, seed, done))[1]
+        manifest = {**(full.provenance.manifest or {}), "look": {"index": k, "count": looks, "docs": new, "items": sizes},
+                    "wall_seconds": 0.0, "model_load_seconds": 0.0}
+        manifest.pop("request_seconds", None)  # nothing was evaluated for the look: no time to save
+        return [(dataclasses.replace(full, provenance=dataclasses.replace(full.provenance, manifest=manifest)), new)]
+
+    return evaluate
+
+
 def _sequential_looks(suite: Suite, looks: int, stored: RunResults, baseline_path: Path, anchor: RunResults | None,
                       policy: Policy, log: Callable[[str], Any], futility: float,
-                      evaluate: Callable[[int, frozenset[str]], list[Path]]) -> GateResult:
-    """The looks, one after another: ``evaluate(k, done)`` gives look k's run folders (evaluated
-    now, or found; [] when look k is not there yet), then the comparison decides."""
+                      evaluate: Callable[[int, frozenset[str]], list[LookRun]]) -> GateResult:
+    """The looks, one after another: ``evaluate(k, done)`` gives look k's parts (evaluated now,
+    found in folders, or cut from a whole run; [] when look k is not there yet), then the
+    comparison decides."""
     t = sequential.fractions(looks)
     levels = sequential.look_levels(t, policy.alpha)
     resolution = _plan(suite, stored, baseline_path, policy)  # the whole suite's, at every look
@@ -544,17 +577,16 @@ def _sequential_looks(suite: Suite, looks: int, stored: RunResults, baseline_pat
     whole = {key.task: int(s.doc_ids.size) for key, s in stored.series.items()}  # the suite's items per task
     waiting = None
     for k in range(1, looks + 1):
-        folders = evaluate(k, done)
-        if not folders:
+        parts = evaluate(k, done)
+        if not parts:
             waiting = k
             break
         manifests = []
-        for run_dir in folders:
-            with trusted_code(suite.include_path, tuple(suite.task_names)):
-                runs.append(load_run(run_dir, cluster_keys=suite.cluster_keys()))
-            manifests.append(runs[-1].provenance.manifest or {})
+        for run, new in parts:
+            runs.append(run)
+            manifests.append(run.provenance.manifest or {})
             timing.append(manifests[-1])
-            news.append({t_: list(d) for t_, d in (manifests[-1].get("look") or {}).get("docs", {}).items()})
+            news.append(new)
         manifest = {"wall_seconds": sum(float(m.get("wall_seconds") or 0.0) for m in manifests),
                     "model_load_seconds": sum(float(m.get("model_load_seconds") or 0.0) for m in manifests)}
         candidate = subset.join(runs, news)
@@ -737,12 +769,11 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
 
     try:
         # The label comes from every item, evaluated once, whatever mode is graded: a sequential
-        # gate's own items would let a gate that stops early call a real defect harmless.
+        # gate's own items would let a gate that stops early call a real defect harmless. The
+        # sequential gate's looks are cut from that run, not evaluated again (half the model time).
         full = run_gate(suite.path, model, out_dir=out / "every-item" if sequential_gate else out, baseline=reference,
                         device=device, log=quiet, batch_size=m.batch_size)
-        res = full if not sequential_gate else run_sequential_gate(
-            suite.path, model, out_dir=out / "sequential", looks=looks, baseline=reference, device=device, log=quiet,
-            batch_size=m.batch_size)
+        res = full if not sequential_gate else _replayed_sequential_gate(suite, full, reference, looks)
     except GateError as exc:
         log(f"mutants: {m.name} could not be gated: {exc}")
         return plans.MutantRow(m.name, m.defect, m.what, "error", 2, None, None, "", str(exc))
@@ -755,6 +786,18 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
     return plans.MutantRow(m.name, m.defect, m.what, res.report_json.get("verdict", ""), res.exit_code, items,
                            info.get("stopped_at"), text, beyond_margin=beyond, borderline=borderline,
                            items_needed=plans.items_to_catch(gated))
+
+
+def _replayed_sequential_gate(suite: Suite, full: GateResult, reference: Path, looks: int) -> GateResult:
+    """What ``gate --sequential`` against ``reference`` decides, its looks cut from ``full``'s run."""
+    if full.run_dir is None:
+        raise GateError("plan --mutants: the run of every item was not kept")
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(reference)
+        run = load_run(full.run_dir, cluster_keys=suite.cluster_keys())
+    quiet: Callable[[str], Any] = lambda _line: None  # noqa: E731 - the table says what each gate decided
+    return _sequential_looks(suite, looks, stored, reference, None, suite.policy, quiet, sequential.FUTILITY_BETA,
+                             replay_looks(suite, run, looks))
 
 
 # ----------------------------------------------------------------------------- one path

@@ -326,7 +326,9 @@ def test_endpoint_failures_end_in_exit_2_without_a_verdict(fault: str, tmp_path:
     srv = CompletionsServer(root=ROOT, fault=fault, fail_after=2, hang_s=60).preload(f"{CKPT}/base").start()
     try:
         suite = _write_suite(tmp_path, backend="local-completions", base_url=srv.url,
-                             model_args={"max_retries": 1, "timeout": 15})
+                             # the hang costs this test the client's whole timeout: 5 s, where a
+                             # tiny model's answers take milliseconds even on busy cores
+                             model_args={"max_retries": 1, "timeout": 5 if fault == "hang" else 15})
         proc = _run_cli("run", "--suite", str(suite), "--model", f"{CKPT}/base", "--out", str(tmp_path / "out"),
                         "--limit", "8", timeout=300)
     finally:

@@ -67,16 +67,16 @@ def _corpus(agg: str, drop: float, n: int = 40) -> Callable[[np.random.Generator
     """n translations, twice: each word of the reference kept with the sentence's own chance
     (shared by both runs), less ``drop`` in the candidate; a third of the predictions one word
     short. Few sentences: where the jackknife's linearization is least accurate."""
-    words = [f"w{i}" for i in range(50)]
+    words = np.array([f"w{i}" for i in range(50)])
 
     def make(rng: np.random.Generator) -> tuple:
         base, cand = np.empty((n, 2), dtype=object), np.empty((n, 2), dtype=object)
         for i in range(n):
-            ref = list(rng.choice(words, 4 + rng.integers(0, 16)))
+            ref = words[rng.integers(0, words.size, 4 + rng.integers(0, 16))]
             keep = rng.beta(3, 1.5)
             rows = []
-            for chance in (keep, keep - drop):
-                pred = [w if rng.random() < chance else str(rng.choice(words)) for w in ref]
+            for chance in (keep, keep - drop):  # a sentence's words drawn at once: a third of the test's time
+                pred = np.where(rng.random(ref.size) < chance, ref, words[rng.integers(0, words.size, ref.size)])
                 rows.append(" ".join(pred[:-1] if rng.random() < 0.3 else pred))
             base[i], cand[i] = [" ".join(ref), rows[0]], [" ".join(ref), rows[1]]
         return "corpus", agg, base, cand, agg != "ter"
