@@ -351,8 +351,8 @@ def test_task_functions_get_a_fixed_number_of_resamples_fewer_only_when_very_slo
 
     import gatekeeper.results.metrics as mk
 
-    def slow_mean(items):
-        time.sleep(0.002)
+    def slow_mean(items):  # 0.5 ms a call: 1,000 resamples of both runs sleep 1 s, not 4 (a test's 19 s, once)
+        time.sleep(0.0005)
         return sum(sum(x) / len(x) for x in items) / len(items)
 
     agg = "!function slow_mean@0123456789ab"
@@ -365,7 +365,7 @@ def test_task_functions_get_a_fixed_number_of_resamples_fewer_only_when_very_slo
     assert any(f"{mk.FUNCTION_RESAMPLES} resamples instead of 10000" in w for w in t.warnings)
     again = paired_test("function", agg, base, cand, higher_is_better=True, n_resamples=10_000)
     assert (again.p_worse, again.ci_low) == (t.p_worse, t.ci_low)  # no timing in the result
-    monkeypatch.setattr(mk, "FUNCTION_BUDGET_S", 1.0)  # 2 ms per call: 250 resamples fit in 1 s
+    monkeypatch.setattr(mk, "FUNCTION_BUDGET_S", 0.25)  # 0.5 ms per call: 250 resamples fit in 0.25 s
     t = paired_test("function", agg, base, cand, higher_is_better=True, n_resamples=10_000)
     assert mk.MIN_FUNCTION_RESAMPLES <= t.n_resamples < mk.FUNCTION_RESAMPLES
 
