@@ -542,7 +542,7 @@ def _load_looks(suite: Suite, folders: list[Path]) -> list[LookRun]:
     return parts
 
 
-def replay_looks(suite: Suite, full: RunResults, looks: int) -> Callable[[int, frozenset[str]], list[LookRun]]:
+def _replay_looks(suite: Suite, full: RunResults, looks: int) -> Callable[[int, frozenset[str]], list[LookRun]]:
     """The looks of a sequential gate cut from a run of every item instead of evaluated: look k
     is the documents ``run/looks.py`` gives it, taken from ``full`` (``subset.join`` keeps only
     those). ``plan --mutants`` grades the sequential gate this way on the run it labels each
@@ -773,7 +773,7 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
         # sequential gate's looks are cut from that run, not evaluated again (half the model time).
         full = run_gate(suite.path, model, out_dir=out / "every-item" if sequential_gate else out, baseline=reference,
                         device=device, log=quiet, batch_size=m.batch_size)
-        res = full if not sequential_gate else _replayed_sequential_gate(suite, full, reference, looks)
+        res = full if not sequential_gate else _replayed_sequential_gate(suite, full, reference, looks, quiet)
     except GateError as exc:
         log(f"mutants: {m.name} could not be gated: {exc}")
         return plans.MutantRow(m.name, m.defect, m.what, "error", 2, None, None, "", str(exc))
@@ -788,16 +788,16 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
                            items_needed=plans.items_to_catch(gated))
 
 
-def _replayed_sequential_gate(suite: Suite, full: GateResult, reference: Path, looks: int) -> GateResult:
+def _replayed_sequential_gate(suite: Suite, full: GateResult, reference: Path, looks: int,
+                              log: Callable[[str], Any]) -> GateResult:
     """What ``gate --sequential`` against ``reference`` decides, its looks cut from ``full``'s run."""
     if full.run_dir is None:
         raise GateError("plan --mutants: the run of every item was not kept")
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         stored = store.load_baseline(reference)
         run = load_run(full.run_dir, cluster_keys=suite.cluster_keys())
-    quiet: Callable[[str], Any] = lambda _line: None  # noqa: E731 - the table says what each gate decided
-    return _sequential_looks(suite, looks, stored, reference, None, suite.policy, quiet, sequential.FUTILITY_BETA,
-                             replay_looks(suite, run, looks))
+    return _sequential_looks(suite, looks, stored, reference, None, suite.policy, log, sequential.FUTILITY_BETA,
+                             _replay_looks(suite, run, looks))
 
 
 # ----------------------------------------------------------------------------- one path

@@ -189,7 +189,7 @@ def test_the_stage_read_until_informed_depends_only_on_which_read_items_flipped(
     flipped = rng.random(n) < np.exp(-np.arange(n) / n / 0.12) * 0.2
     stage = until_informed(flipped, design)
     assert stage == 1  # the design's 69%: scale 1 (47%) holds less than 95% of the information
-    unread = ~(design.u < bench.SCALES[stage] * design.pi)
+    unread = ~design.read(bench.SCALES[stage])
     more = flipped | (unread & (rng.random(n) < 0.5))  # flips where nothing was read
     assert until_informed(more, design) == stage
     evenly = rng.random(n) < 0.05
