@@ -39,6 +39,7 @@ from gatekeeper.compare import plan as plans
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
+    check_compatible,
     check_items_before,
     check_repeats,
     check_run_matches_suite,
@@ -726,8 +727,10 @@ def _second_run(base_path: Path, stored: RunResults, suite: Suite,
     for path in candidates:
         if path.is_file() and not path.is_symlink():
             other = store.load_baseline(path)
-            if not anchors.same_measurement(other, stored) and other.provenance.suite_hash == stored.provenance.suite_hash:
-                return other, portable_path(str(path))
+            if (not anchors.same_measurement(other, stored)
+                    and other.provenance.suite_hash == stored.provenance.suite_hash
+                    and not any(d.severity == "error" for d in check_compatible(stored, other))):
+                return other, portable_path(str(path))  # not one of other items (a baseline before a data edit)
     return None, None
 
 
