@@ -16,6 +16,7 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import sysconfig  # noqa: E402
@@ -29,7 +30,7 @@ import pytest  # noqa: E402
 
 from tests.demo_runs import DEMO_CHECKPOINTS, DemoGate, lm_eval_installed, make_demo_gate  # noqa: E402
 from tests.github_server import FakeGitHub  # noqa: E402
-from tests.warm_start import COLD_ENV, HOOK_ENV, PTH_LINE, PTH_NAME, env_differs  # noqa: E402
+from tests.warm_start import COLD_ENV, ENV_SERVER_PREFIX, HOOK_ENV, PTH_LINE, PTH_NAME, env_differs  # noqa: E402
 from tests.warm_start import ENV as WARM_ENV  # noqa: E402
 
 REPO = "octo/repo"
@@ -244,13 +245,26 @@ def _warm_cpu_seconds() -> float:
         return _LEDGER.seconds
     whole = new[:new.rfind(b"\n") + 1]
     _LEDGER.offset += len(whole)
-    _LEDGER.seconds += sum(float(line) for line in whole.split())
+    _LEDGER.seconds += sum(float(line.split()[0]) for line in whole.splitlines())  # "SECONDS[ import]"
     return _LEDGER.seconds
+
+
+def _stop_env_servers() -> None:
+    """End the servers of other environments the last test's processes started (each holds its
+    own import of torch and lm-eval; the next test's environment is another: its own HF_HOME)."""
+    for pid_file in Path(str(_WARM["folder"])).glob(f"{ENV_SERVER_PREFIX}*/pid"):
+        try:
+            os.kill(int(pid_file.read_text(encoding="utf-8")), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # already gone
+        shutil.rmtree(pid_file.parent, ignore_errors=True)
+        Path(f"{pid_file.parent}.lock").unlink(missing_ok=True)
 
 
 def _stop_warm_server() -> None:
     if not _WARM:
         return
+    _stop_env_servers()
     server = _WARM["server"]
     server.kill()  # type: ignore[attr-defined]
     server.wait()  # type: ignore[attr-defined]
@@ -272,6 +286,8 @@ _LEFT_SET: set[str] = set()
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     result = yield
+    if _WARM:
+        _stop_env_servers()
     if not _WARM or (nextitem is not None and nextitem.path == item.path):
         return result
     try:

@@ -36,6 +36,7 @@ import yaml
 from tests.demo_runs import ROOT, lm_eval_installed
 from tests.hub_server import Hub
 from tests.test_bundled_tasks import _rows
+from tests.warm_start import OWN_SERVER_ENV
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BASE = ROOT / "examples" / "checkpoints" / "base"
@@ -175,9 +176,13 @@ def _gatekeeper(args: list[str], cwd: Path, env: dict[str, str] | None) -> subpr
                           text=True, timeout=600)
 
 
-def _hub_env(hub: Hub, home: Path) -> dict[str, str]:
+def _hub_env(hub: Hub, home: Path, own_server: bool = False) -> dict[str, str]:
+    """The environment of a process that reads the loopback hub; ``own_server``: several of them
+    load a model, and run warm in a server of this environment (tests/warm_start.py)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
     env.update(HF_ENDPOINT=hub.url, HF_HOME=str(home), TQDM_DISABLE="1")
+    if own_server:
+        env[OWN_SERVER_ENV] = "1"
     return env
 
 

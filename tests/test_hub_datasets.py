@@ -17,6 +17,7 @@ import pytest
 
 from tests.demo_runs import lm_eval_installed
 from tests.hub_server import Hub
+from tests.warm_start import OWN_SERVER_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -66,7 +67,7 @@ def test_a_hub_dataset_is_downloaded_for_a_local_checkpoint(tmp_path: Path) -> N
     hub = Hub({"gk-test/capitals": repo}).start()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
     env.update({"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-home"), "PYTHONPATH": str(ROOT),
-                "TQDM_DISABLE": "1"})
+                "TQDM_DISABLE": "1", OWN_SERVER_ENV: "1"})  # its gates load the model: warm (tests/warm_start.py)
 
     def gate(checkpoint: str, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",

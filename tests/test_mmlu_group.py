@@ -42,7 +42,7 @@ def test_the_mmlu_group_gates_with_one_power_figure_and_a_short_log(tmp_path: Pa
     project = tmp_path / "project"
     project.mkdir()
     (project / "gatekeeper.yaml").write_text(SUITE)
-    env = _hub_env(hub, tmp_path / "hf-home")
+    env = _hub_env(hub, tmp_path / "hf-home", own_server=True)
     base, regressed = str(ROOT / "examples/checkpoints/base"), str(ROOT / "examples/checkpoints/regressed")
     try:
         record = _gk("gate", "--suite", "gatekeeper.yaml", "--model", base, "--record-missing", cwd=project, env=env)

@@ -17,15 +17,24 @@ import pytest
 
 from tests.demo_runs import DEMO_BASELINE, DEMO_SUITE, ROOT, lm_eval_installed
 from tests.test_backends import _write_suite
-from tests.warm_start import COLD_ENV, ENV, env_key
+from tests.warm_start import COLD_ENV, ENV, OWN_SERVER_ENV, env_key
 
 pytestmark = pytest.mark.skipif(not os.environ.get(ENV), reason=f"the warm start is off ({COLD_ENV} is set)")
 
 
-def _warm_runs() -> int:
-    """How many warm children have ended in this test process's server."""
+def _ledger() -> list[str]:
     ledger = Path(os.environ[ENV]).with_name("cpu")
-    return len(ledger.read_text().splitlines()) if ledger.is_file() else 0
+    return ledger.read_text().splitlines() if ledger.is_file() else []
+
+
+def _warm_runs() -> int:
+    """How many warm children have ended in this test process's servers."""
+    return sum(not line.endswith(" import") for line in _ledger())
+
+
+def _imports() -> int:
+    """How many servers of another environment have imported torch and lm-eval."""
+    return sum(line.endswith(" import") for line in _ledger())
 
 
 def _server_env() -> dict[str, str]:
@@ -125,11 +134,35 @@ def test_a_warm_lm_eval_run_writes_the_same_items_as_a_cold_one(tmp_path: Path) 
     assert outputs["warm"] == outputs["cold"]
 
 
+def test_a_process_of_another_environment_runs_in_a_server_that_imported_under_it(tmp_path: Path) -> None:
+    """A library reads its variables at import (huggingface_hub its cache folder): a process with
+    another value than the first server's runs in a server that imported under that value, one
+    import for all the processes of that environment, and sees what a cold start sees."""
+    _wait_for_server()
+    (tmp_path / "gatekeeper").write_text(_launcher(sys.executable) + "import json, os, sys\n"
+                                         "from huggingface_hub import constants\n"
+                                         "print(json.dumps([constants.HF_HUB_CACHE, os.environ['HF_HOME'], sys.path]))\n")
+    (tmp_path / "gatekeeper").chmod(0o755)
+    script = str(tmp_path / "gatekeeper")
+    runs, imports = _warm_runs(), _imports()
+    outputs = []
+    for home in ("hf", "hf", "other"):
+        warm = _cli(script=script, HF_HOME=str(tmp_path / home), **{OWN_SERVER_ENV: "1"})
+        cold = _cli(script=script, HF_HOME=str(tmp_path / home), cold=True)
+        assert warm.returncode == cold.returncode == 0, warm.stderr + cold.stderr
+        assert json.loads(warm.stdout) == json.loads(cold.stdout)
+        outputs.append(json.loads(warm.stdout)[0])
+    assert outputs == [str(tmp_path / "hf" / "hub")] * 2 + [str(tmp_path / "other" / "hub")]
+    assert (_warm_runs() - runs, _imports() - imports) == (3, 2)  # every run warm, one import an environment
+    servers = list(Path(os.environ[ENV]).parent.glob("env-*/pid"))
+    assert len(servers) == 2  # both end with this test (tests/conftest.py)
+
+
 def test_a_process_that_could_differ_from_the_server_starts_cold(tmp_path: Path) -> None:
     _wait_for_server()
     args = ("compare", str(DEMO_BASELINE), str(DEMO_BASELINE), "--suite", str(DEMO_SUITE))
     before = _warm_runs()
-    # A library reads its variables at import: another value than the server's is a fresh import.
+    # Another environment, and the test did not ask for a server of its own.
     assert _cli(*args, HF_HOME=str(tmp_path / "hf")).returncode == 0
     # A module in the working directory would shadow the server's own import (a pull request could
     # plant one): such a process starts cold, and `python -m gatekeeper` takes the working folder

@@ -16,11 +16,20 @@ subprocesses). It does nothing unless ``GATEKEEPER_TEST_WARM`` is set, and the p
 cold, as it always did, whenever the warm child could differ from a fresh interpreter:
 
 - another interpreter (a fresh clone's venv, the container), user, group or interpreter flags;
-- any environment variable a library could read at import differs (everything but the names
-  in ``VOLATILE``: gatekeeper reads those itself, and gatekeeper is never pre-imported);
 - a folder on the process's own path (its working directory, ``PYTHONPATH``) holds a module
   with the name of one the server imported;
 - the process leads its own process group (a test that kills the group, as a preempted runner).
+
+A process whose environment differs from the server's in a variable a library could read at
+import (everything but the names in ``VOLATILE``: gatekeeper reads those itself, and gatekeeper is
+never pre-imported) is never run by that server. It starts cold, unless its test sets
+``GATEKEEPER_TEST_WARM_OWN_SERVER=1`` for processes that share an environment and load a model (a
+loopback hub's ``HF_ENDPOINT`` and ``HF_HOME``): then the first of them starts a server of that
+environment (``env-KEY/`` beside the first server's files: the same imports under exactly that
+environment, about what the cold start of a run that loads a model costs) and runs in it, and every
+later process of that environment runs warm there. Such servers end with the test that started
+them (tests/conftest.py), or with the test worker. Not every test opts in: a process that stops
+before it loads a model imports far less cold than a server does.
 
 ``GATEKEEPER_TEST_COLD=1`` turns it off for a whole run (scripts/test.sh passes it through), and
 tests/test_warm_start.py checks that a warm and a cold run of the same commands agree. A test
@@ -37,6 +46,10 @@ import sys
 ENV = "GATEKEEPER_TEST_WARM"  # the server's info file (JSON), set by tests/conftest.py
 HOOK_ENV = "GATEKEEPER_TEST_WARM_HOOK"  # this file, which the .pth line runs in every new interpreter
 COLD_ENV = "GATEKEEPER_TEST_COLD"
+# Set by a test whose processes share an environment other than the server's and load a model
+# (a loopback hub's): the first starts a server of that environment, the rest run warm in it.
+OWN_SERVER_ENV = "GATEKEEPER_TEST_WARM_OWN_SERVER"
+ENV_SERVER_PREFIX = "env-"  # a server of another environment: env-KEY/ beside the first server's files
 WHY_ENV = "GATEKEEPER_TEST_WARM_WHY"  # a file: each process that starts cold adds why, and its command
 MODULES = ("gatekeeper", "gatekeeper.action")
 SCRIPT = "gatekeeper"  # the console script pip writes: a script file of this name run by the server's interpreter
@@ -137,13 +150,19 @@ def _warm_request() -> tuple[dict, dict] | str:
     info = _server_info(os.environ.get(ENV, ""))
     if info is None:
         return "no server"
-    if [sys.executable, list(sys.flags), _ids()] != [info["executable"], info["flags"], info["ids"]]:
-        return "another interpreter, flags, user or group"
+    if [sys.executable, _ids()] != [info["executable"], info["ids"]]:
+        return "another interpreter, user or group"
     if os.getpgid(0) == os.getpid():
         return "leads its process group"
     differs = env_differs(dict(os.environ), info)
     if differs:
-        return "environment differs: " + ", ".join(differs)
+        if not os.environ.get(OWN_SERVER_ENV):
+            return "environment differs: " + ", ".join(differs)
+        info = _env_server(info)
+        if info is None:
+            return "environment differs, and no server of its own came up: " + ", ".join(differs)
+    if list(sys.flags) != info["flags"]:
+        return "other interpreter flags"
     path = list(sys.path)
     if not set(info["sys_path"]) <= set(path):
         return "sys.path lacks the server's folders"
@@ -165,14 +184,45 @@ def _warm_request() -> tuple[dict, dict] | str:
     return info, request
 
 
-def _server_info(path: str) -> dict | None:
+def _env_key_hash(env: dict[str, str]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(env_key(env), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _env_server(first: dict) -> dict | None:
+    """The info of the server of this process's environment, started now if there is none (see
+    the module's docstring); None if it did not come up."""
+    import fcntl
+    import subprocess
+
+    folder = os.path.join(os.path.dirname(os.environ[ENV]), ENV_SERVER_PREFIX + _env_key_hash(dict(os.environ)))
+    with open(folder + ".lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes of one environment start one server
+        if not os.path.isdir(folder):
+            os.mkdir(folder)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the server's own path stays its own
+            with open(os.path.join(folder, "log"), "wb") as log:
+                server = subprocess.Popen([sys.executable, os.environ[HOOK_ENV], folder, str(first["worker"]),
+                                           first["ledger"]], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                          cwd=folder, env=env, start_new_session=True)
+            with open(os.path.join(folder, "pid"), "w", encoding="utf-8") as fh:
+                fh.write(str(server.pid))
+    info = _server_info(os.path.join(folder, "info.json"), wait_s=300)
+    if info is None or env_differs(dict(os.environ), info):
+        return None
+    return info
+
+
+def _server_info(path: str, wait_s: float = 60) -> dict | None:
     """The server's info; while it is still importing (a few seconds at the start of a test run),
     wait for it: a cold start would cost as much."""
     import json
     import time
 
     folder = os.path.dirname(path)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -330,10 +380,14 @@ def _run(request: dict, runpy, traceback) -> int:
     return 0
 
 
-def serve(folder: str) -> None:
+def serve(folder: str, worker: int, ledger: str) -> None:
+    """Import, then run each client's process in a forked child, for as long as the test worker
+    ``worker`` lives; each child adds its CPU seconds to ``ledger``, and a server of its own
+    environment adds its import's ("SECONDS import")."""
     import importlib
     import io
     import json
+    import resource
     import socket
 
     pid_path = os.path.join(folder, "pid")  # written by whoever started it: clients wait while it imports
@@ -362,13 +416,16 @@ def serve(folder: str) -> None:
     # Importing torch and huggingface_hub sets a few variables; a warm child sets them as its import would have.
     added = {k: v for k, v in os.environ.items() if env_before.get(k) != v}
     info = {"executable": sys.executable, "flags": list(sys.flags), "ids": _ids(), "env": env_key(env_before),
-            "added": added, "sys_path": sys.path[1:], "modules": _top_modules(), "socket": sock_path}
+            "added": added, "sys_path": sys.path if sys.flags.safe_path else sys.path[1:],  # not this file's folder
+            "modules": _top_modules(), "socket": sock_path, "worker": worker, "ledger": ledger}
+    if os.path.basename(folder).startswith(ENV_SERVER_PREFIX):  # its import is the cost of the test that started it
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        with open(ledger, "a", encoding="utf-8") as fh:
+            fh.write(f"{used.ru_utime + used.ru_stime:.3f} import\n")
     with open(info_path + ".tmp", "w", encoding="utf-8") as fh:
         json.dump(info, fh)
     os.replace(info_path + ".tmp", info_path)  # clients see the server only once it is whole
-    parent = os.getppid()
-    ledger = os.path.join(folder, "cpu")
-    while os.getppid() == parent:  # the test worker is gone: so is the server
+    while _alive(worker):  # the test worker is gone: so is the server
         _reap()
         try:
             conn, _ = listener.accept()
@@ -380,6 +437,16 @@ def serve(folder: str) -> None:
             conn.settimeout(None)
             _child(conn, ledger, added)
         conn.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _reap() -> None:
@@ -394,5 +461,6 @@ def _reap() -> None:
 
 if __name__ == "gatekeeper_warm":
     client()
-elif __name__ == "__main__":
-    serve(sys.argv[1])
+elif __name__ == "__main__":  # FOLDER [WORKER LEDGER]: the first server is started by the test worker itself
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid(),
+          sys.argv[3] if len(sys.argv) > 3 else os.path.join(sys.argv[1], "cpu"))
