@@ -118,6 +118,12 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def cache_dir() -> Path:
+    """gatekeeper's cache folder of this user: what can be computed again, kept between processes."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gatekeeper"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """``data`` as indented JSON (UTF-8, one trailing newline), whole or not at all."""
     atomic_write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8"))

@@ -21,20 +21,14 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import os
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from gatekeeper.errors import GateError
-from gatekeeper.files import write_json_atomic
+from gatekeeper.files import cache_dir, write_json_atomic
 
 CACHE_VERSION = 1
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gatekeeper"
 
 
 def _tasks_dir() -> Path:
