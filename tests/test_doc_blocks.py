@@ -323,7 +323,7 @@ def test_zero_to_green_init_and_first_record_run_as_written(tmp_path: Path, hub:
     record = next(w for w in lines if w[1] == "gate" and "--record-missing" in w)
     project = tmp_path / "my project"
     project.mkdir()
-    env = _hub_env(hub, tmp_path / "hf-home")
+    env = _hub_env(hub, tmp_path / "hf-home", own_server=True)
     made = _gatekeeper(init[1:], project, env)
     assert made.returncode == 0, made.stderr
     checkpoint = record[record.index("--model") + 1]

@@ -26,6 +26,7 @@ from gatekeeper.errors import GateError
 from gatekeeper.publish.comment import sticky_marker
 from gatekeeper.results.layout import find_results_file
 from tests.github_server import FakeGitHub
+from tests.warm_start import OWN_SERVER_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -195,6 +196,9 @@ class Runner:
             "GITHUB_STEP_SUMMARY": str(self.ws.parent / "summary.md"),
             "GITHUB_OUTPUT": str(self.ws.parent / "output"), "PYTHONPATH": str(ROOT), "RUNNER_TEMP": str(self.temp),
             "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            # A job's HF_HOME is its own (the workflow's env): its gate steps load the model, warm in
+            # a server of that environment (tests/warm_start.py).
+            OWN_SERVER_ENV: "1",
         })
         # the `gatekeeper` command, as the job-container image has it
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.warm_start import OWN_SERVER_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed")
 
@@ -40,7 +42,8 @@ def _seed(cache: Path) -> None:
 
 def _gate(suite: Path, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           OWN_SERVER_ENV: "1"}  # a test's gates share its cache: one import for them (tests/warm_start.py)
     return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(suite), "--model",
                            str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(suite.parent / "out")],
                           capture_output=True, text=True, env=env, timeout=600, cwd=suite.parent)
