@@ -40,10 +40,13 @@ def _seed(cache: Path) -> None:
         shutil.copy2(built, cache / "gatekeeper" / built.name)
 
 
-def _gate(suite: Path, cache: Path) -> subprocess.CompletedProcess:
+def _gate(suite: Path, cache: Path, own_server: bool = False) -> subprocess.CompletedProcess:
+    """The demo gated with ``cache`` as XDG_CACHE_HOME; ``own_server``: the test gates several
+    times with it, warm in a server of that environment (tests/warm_start.py)."""
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           OWN_SERVER_ENV: "1"}  # a test's gates share its cache: one import for them (tests/warm_start.py)
+           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if own_server:
+        env[OWN_SERVER_ENV] = "1"
     return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(suite), "--model",
                            str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(suite.parent / "out")],
                           capture_output=True, text=True, env=env, timeout=600, cwd=suite.parent)
@@ -65,7 +68,7 @@ def test_the_cached_index_is_what_later_runs_use(tmp_path: Path) -> None:
     suite, _ = _suite_with(tmp_path, "demo_arith_gen", "hellaswg")
     cache = tmp_path / "cache"
     _seed(cache)
-    first = _gate(suite, cache)
+    first = _gate(suite, cache, own_server=True)
     assert first.returncode == 2 and "did you mean one of 'hellaswag'" in first.stderr, first.stderr
     (index,) = (cache / "gatekeeper").glob("lm-eval-tasks-*.json")
     data = json.loads(index.read_text())
@@ -73,11 +76,11 @@ def test_the_cached_index_is_what_later_runs_use(tmp_path: Path) -> None:
     # A name only the cache knows is suggested: the second run read the cache, not lm-eval's tree.
     data["names"]["hellaswgg"] = {"kind": "task", "folders": ["hellaswag"]}
     index.write_text(json.dumps(data))
-    second = _gate(suite, cache)
+    second = _gate(suite, cache, own_server=True)
     assert second.returncode == 2 and "'hellaswgg'" in second.stderr, second.stderr
     # A corrupt cache is rebuilt, never an error.
     index.write_text("{not json")
-    third = _gate(suite, cache)
+    third = _gate(suite, cache, own_server=True)
     assert third.returncode == 2 and "did you mean one of 'hellaswag'" in third.stderr, third.stderr
 
 
