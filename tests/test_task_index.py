@@ -103,3 +103,20 @@ def test_a_bundled_task_indexes_only_its_folder(tmp_path: Path, monkeypatch: pyt
         members = taskindex._group_members(whole, [name])
         assert len(members) > 3 and all(m in group.all_tasks for m in [name, *members] if m in whole.all_tasks), name
         assert len(group.all_tasks) < len(whole.all_tasks) / 3, (name, len(group.all_tasks))
+
+
+def test_a_cached_index_that_names_a_folder_outside_lm_eval_is_made_again(tmp_path: Path) -> None:
+    """The index's folders are indexed for task files: one that is not a folder of lm-eval's own
+    tasks (an absolute path, '..', a nested path: a damaged file, or one someone else wrote) would
+    load task files lm-eval does not ship, so such a cache is never used."""
+    from gatekeeper.results import taskindex
+
+    tasks_dir = taskindex._tasks_dir()
+    good = {"hellaswag": {"kind": "task", "folders": ["hellaswag"]}, "tag_x": {"kind": "tag", "folders": []}}
+    assert taskindex._valid(good, tasks_dir)
+    (tmp_path / "evil").mkdir()
+    for bad in (str(tmp_path / "evil"), "..", "../tasks", "hellaswag/../..", "", ".", "no_such_folder", 3, ["x"]):
+        assert not taskindex._valid({**good, "x": {"kind": "task", "folders": [bad]}}, tasks_dir), bad
+    for bad_entry in ({"kind": "task"}, {"kind": "macro", "folders": []}, ["hellaswag"], None):
+        assert not taskindex._valid({**good, "x": bad_entry}, tasks_dir), bad_entry
+    assert not taskindex._valid(["hellaswag"], tasks_dir)

@@ -50,7 +50,7 @@ def bundled_index() -> dict[str, dict[str, Any]]:
     path = _cache_file(tasks_dir)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("version") == CACHE_VERSION and isinstance(data.get("names"), dict):
+        if isinstance(data, dict) and data.get("version") == CACHE_VERSION and _valid(data.get("names"), tasks_dir):
             return data["names"]
     except (OSError, ValueError):
         pass
@@ -60,6 +60,24 @@ def bundled_index() -> dict[str, dict[str, Any]]:
     except OSError:
         pass  # a read-only home: index again next time
     return names
+
+
+def _valid(names: Any, tasks_dir: Path) -> bool:
+    """A cached index as _build_index writes it: every folder one of lm-eval's own task folders.
+    The folders are indexed, so one anywhere else (an absolute path, ``..``) would load task
+    files lm-eval does not ship: such a file (damaged, or written by someone else) is made again."""
+    if not isinstance(names, dict):
+        return False
+    folders: set[str] = set()
+    for entry in names.values():
+        if not isinstance(entry, dict) or entry.get("kind") not in ("task", "group", "tag") \
+                or not isinstance(entry.get("folders"), list):
+            return False
+        if not all(isinstance(f, str) for f in entry["folders"]):
+            return False
+        folders.update(entry["folders"])
+    return all(f not in ("", ".", "..") and "/" not in f and "\\" not in f and (tasks_dir / f).is_dir()
+               for f in folders)
 
 
 def _build_index(tasks_dir: Path) -> dict[str, dict[str, Any]]:
