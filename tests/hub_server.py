@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.warm_start import OWN_SERVER_ENV
 
 
 class Hub:
@@ -216,3 +219,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+
+def hub_env(hub: Hub, home: Path, own_server: bool = False, **extra: str) -> dict[str, str]:
+    """The environment of a process that reads ``hub`` (this process's, online, HF_HOME ``home``);
+    ``own_server``: several of them load a model, and run warm in a server of this environment
+    (tests/warm_start.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(home), TQDM_DISABLE="1", **extra)
+    if own_server:
+        env[OWN_SERVER_ENV] = "1"
+    return env

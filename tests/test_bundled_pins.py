@@ -10,7 +10,6 @@ still passes, evaluated at the recorded commit.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.demo_runs import ROOT, lm_eval_installed
-from tests.hub_server import Hub
+from tests.hub_server import Hub, hub_env
 from tests.test_bundled_tasks import _rows
-from tests.warm_start import OWN_SERVER_ENV
 
 pytestmark = [pytest.mark.lmeval,
               pytest.mark.skipif(not lm_eval_installed(), reason="lm-eval is not installed")]
@@ -68,9 +66,7 @@ def _project(tmp_path: Path, hub: Hub) -> tuple[Path, Callable[..., subprocess.C
     project = tmp_path / "project"
     project.mkdir()
     (project / "gatekeeper.yaml").write_text(SUITE)
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), TQDM_DISABLE="1",
-               **{OWN_SERVER_ENV: "1"})  # its gates load the model: warm (tests/warm_start.py)
+    env = hub_env(hub, tmp_path / "hf-home", own_server=True)  # its gates load the model
 
     def gate(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",

@@ -34,9 +34,8 @@ import pytest
 import yaml
 
 from tests.demo_runs import ROOT, lm_eval_installed
-from tests.hub_server import Hub
+from tests.hub_server import Hub, hub_env
 from tests.test_bundled_tasks import _rows
-from tests.warm_start import OWN_SERVER_ENV
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BASE = ROOT / "examples" / "checkpoints" / "base"
@@ -176,16 +175,6 @@ def _gatekeeper(args: list[str], cwd: Path, env: dict[str, str] | None) -> subpr
                           text=True, timeout=600)
 
 
-def _hub_env(hub: Hub, home: Path, own_server: bool = False) -> dict[str, str]:
-    """The environment of a process that reads the loopback hub; ``own_server``: several of them
-    load a model, and run warm in a server of this environment (tests/warm_start.py)."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(home), TQDM_DISABLE="1")
-    if own_server:
-        env[OWN_SERVER_ENV] = "1"
-    return env
-
-
 def _project(tmp_path: Path, my_qa: Path) -> Path:
     project = tmp_path / "project"
     shutil.copytree(ROOT / "examples" / "tasks", project / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
@@ -212,7 +201,7 @@ def test_a_suite_or_group_block_passes_a_dry_run_as_written(block: Block, tmp_pa
     project = _project(tmp_path, my_qa)
     (project / "gatekeeper.yaml").write_text(_suite_text(block, project))
     proc = _gatekeeper(["gate", "--suite", "gatekeeper.yaml", "--model", str(BASE), "--dry-run", "--record-missing"],
-                       project, _hub_env(hub, tmp_path / "hf-home"))
+                       project, hub_env(hub, tmp_path / "hf-home"))
     assert proc.returncode == 0, f"{block.id}:\n{proc.stderr[-3000:]}"
     assert "every check passed, nothing evaluated" in proc.stdout
 
@@ -323,7 +312,7 @@ def test_zero_to_green_init_and_first_record_run_as_written(tmp_path: Path, hub:
     record = next(w for w in lines if w[1] == "gate" and "--record-missing" in w)
     project = tmp_path / "my project"
     project.mkdir()
-    env = _hub_env(hub, tmp_path / "hf-home", own_server=True)
+    env = hub_env(hub, tmp_path / "hf-home", own_server=True)
     made = _gatekeeper(init[1:], project, env)
     assert made.returncode == 0, made.stderr
     checkpoint = record[record.index("--model") + 1]

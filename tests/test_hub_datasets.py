@@ -7,7 +7,6 @@ so the regressed demo checkpoint must fail the gate against the base checkpoint'
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.demo_runs import lm_eval_installed
-from tests.hub_server import Hub
-from tests.warm_start import OWN_SERVER_ENV
+from tests.hub_server import Hub, hub_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -65,9 +63,7 @@ def test_a_hub_dataset_is_downloaded_for_a_local_checkpoint(tmp_path: Path) -> N
     (project / "tasks" / "hub_capitals.yaml").write_text(TASK)
     (project / "gatekeeper.yaml").write_text(SUITE)
     hub = Hub({"gk-test/capitals": repo}).start()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
-    env.update({"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-home"), "PYTHONPATH": str(ROOT),
-                "TQDM_DISABLE": "1", OWN_SERVER_ENV: "1"})  # its gates load the model: warm (tests/warm_start.py)
+    env = hub_env(hub, tmp_path / "hf-home", own_server=True, PYTHONPATH=str(ROOT))  # its gates load the model
 
     def gate(checkpoint: str, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.demo_runs import ROOT, lm_eval_installed
-from tests.hub_server import Hub
-from tests.test_doc_blocks import _hub_env, _hub_repos
+from tests.hub_server import Hub, hub_env
+from tests.test_doc_blocks import _hub_repos
 
 SUITE = """name: mm
 lm_eval_version: "0.4.13"
@@ -42,7 +42,7 @@ def test_the_mmlu_group_gates_with_one_power_figure_and_a_short_log(tmp_path: Pa
     project = tmp_path / "project"
     project.mkdir()
     (project / "gatekeeper.yaml").write_text(SUITE)
-    env = _hub_env(hub, tmp_path / "hf-home", own_server=True)
+    env = hub_env(hub, tmp_path / "hf-home", own_server=True)
     base, regressed = str(ROOT / "examples/checkpoints/base"), str(ROOT / "examples/checkpoints/regressed")
     try:
         record = _gk("gate", "--suite", "gatekeeper.yaml", "--model", base, "--record-missing", cwd=project, env=env)

@@ -37,10 +37,9 @@ from gatekeeper.errors import GateError
 from gatekeeper.run import sealed
 from gatekeeper.suite.suite import load_suite
 from tests.demo_runs import lm_eval_installed
-from tests.hub_server import Hub
+from tests.hub_server import Hub, hub_env
 from tests.test_action_events import BASE, act_subprocess, commit, git, pr_event
 from tests.test_hub_datasets import TASK as HUB_TASK  # the same hub_capitals task over gk-test/capitals
-from tests.warm_start import OWN_SERVER_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -146,9 +145,7 @@ def world(tmp_path: Path):
     shutil.copy(EXAMPLES / "tasks/data/arith.jsonl", ws / "tasks/data/arith.jsonl")
     hub = Hub({"gk-test/capitals": _hub_dataset(tmp_path / "hub/c1", 60)},
               models={"gk-test/tok": _tokenizer(tmp_path / "hub/tok")}).start()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), TQDM_DISABLE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", **{OWN_SERVER_ENV: "1"})  # its gates load the model: warm
+    env = hub_env(hub, tmp_path / "hf-home", own_server=True, HF_HUB_DISABLE_TELEMETRY="1")  # its gates load the model
     _cached_metric(tmp_path / "hf-home")
     git(ws, "init", "-q", "-b", "main")
     first = _gate(ws, env, "base", "--record-missing")
