@@ -18,7 +18,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,24 @@ def cache_dir() -> Path:
     """gatekeeper's cache folder of this user: what can be computed again, kept between processes."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "gatekeeper"
+
+
+def cached_json(path: Path, usable: Callable[[Any], bool], make: Callable[[], Any]) -> Any:
+    """The JSON ``path`` holds where ``usable`` accepts it; else ``make()``, kept there for the
+    processes after (a missing, damaged or unusable file is made again; an unwritable cache
+    folder only costs the next process the same work)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if usable(data):
+            return data
+    except (OSError, ValueError):
+        pass
+    data = make()
+    try:
+        write_json_atomic(path, data)
+    except OSError:
+        pass
+    return data
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -39,11 +39,11 @@ from gatekeeper.compare import plan as plans
 from gatekeeper.compare.compare import attach_snippets, compare_runs, merge_repeats
 from gatekeeper.compare.compat import (
     check_baseline_before,
-    check_compatible,
     check_items_before,
     check_repeats,
     check_run_matches_suite,
     check_suite_hash,
+    compatibility_errors,
     dataset_moves,
 )
 from gatekeeper.compare.outcome import Outcome
@@ -535,11 +535,11 @@ LookRun = tuple[RunResults, dict[str, list[int]]]
 
 def _load_looks(suite: Suite, folders: list[Path]) -> list[LookRun]:
     parts = []
-    for run_dir in folders:
-        with trusted_code(suite.include_path, tuple(suite.task_names)):
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        for run_dir in folders:
             run = load_run(run_dir, cluster_keys=suite.cluster_keys())
-        docs = ((run.provenance.manifest or {}).get("look") or {}).get("docs", {})
-        parts.append((run, {t_: list(d) for t_, d in docs.items()}))
+            docs = ((run.provenance.manifest or {}).get("look") or {}).get("docs", {})
+            parts.append((run, {t_: list(d) for t_, d in docs.items()}))
     return parts
 
 
@@ -729,7 +729,7 @@ def _second_run(base_path: Path, stored: RunResults, suite: Suite,
             other = store.load_baseline(path)
             if (not anchors.same_measurement(other, stored)
                     and other.provenance.suite_hash == stored.provenance.suite_hash
-                    and not any(d.severity == "error" for d in check_compatible(stored, other))):
+                    and not compatibility_errors(stored, other)):
                 return other, portable_path(str(path))  # not one of other items (a baseline before a data edit)
     return None, None
 

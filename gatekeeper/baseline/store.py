@@ -18,7 +18,7 @@ from typing import Any
 
 from gatekeeper.baseline import anchor
 from gatekeeper.baseline import format as fmt
-from gatekeeper.compare.compat import check_compatible, dataset_moves
+from gatekeeper.compare.compat import compatibility_errors, dataset_moves
 from gatekeeper.errors import GateError
 from gatekeeper.files import LOCK_TIMEOUT_S, atomic_write_bytes, folder_lock, project_root
 from gatekeeper.model import RunResults
@@ -111,7 +111,7 @@ def anchor_outdated(target: Path, suite: Suite, results: RunResults) -> str | No
     moved = dataset_moves(stored.provenance.manifest, results.provenance.manifest)
     if moved:
         return "; ".join(f"dataset {name}: revision {was[:7]} → {now[:7]}" for name, was, now in moved)
-    errors = [d.message for d in check_compatible(stored, results) if d.severity == "error"]
+    errors = compatibility_errors(stored, results)
     return errors[0].split("; fix: ")[0].replace("since the baseline", "since the anchor") if errors else None
 
 

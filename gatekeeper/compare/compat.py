@@ -103,6 +103,11 @@ def check_compatible(baseline: RunResults, candidate: RunResults) -> list[Differ
     return [Difference("error", m) for m in errors] + [Difference("context", m) for m in context]
 
 
+def compatibility_errors(baseline: RunResults, candidate: RunResults) -> list[str]:
+    """What makes two runs not comparable: the messages of ``check_compatible``'s errors."""
+    return [d.message for d in check_compatible(baseline, candidate) if d.severity == "error"]
+
+
 def pair_series(
     baseline: MetricSeries, candidate: MetricSeries, where: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -804,7 +809,7 @@ def check_repeats(runs: list[RunResults], flag: str) -> None:
     measurements and could halve a real drop."""
     first = runs[0]
     for other in runs[1:]:
-        problems = [d.message for d in check_compatible(first, other) if d.severity == "error"]
+        problems = compatibility_errors(first, other)
         problems += _same_model(first.provenance, other.provenance)
         if problems:
             text = "; ".join(problems).replace(" in baseline", " in the first run").replace(

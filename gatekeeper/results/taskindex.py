@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from gatekeeper.errors import GateError
-from gatekeeper.files import cache_dir, write_json_atomic
+from gatekeeper.files import cache_dir, cached_json
 
 CACHE_VERSION = 1
 
@@ -47,19 +46,10 @@ def _cache_file(tasks_dir: Path) -> Path:
 def bundled_index() -> dict[str, dict[str, Any]]:
     """{name: {"kind": "task"|"group"|"tag", "folders": [top-level folders]}} of lm-eval's tasks."""
     tasks_dir = _tasks_dir()
-    path = _cache_file(tasks_dir)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("version") == CACHE_VERSION and _valid(data.get("names"), tasks_dir):
-            return data["names"]
-    except (OSError, ValueError):
-        pass
-    names = _build_index(tasks_dir)
-    try:
-        write_json_atomic(path, {"version": CACHE_VERSION, "tasks_dir": str(tasks_dir), "names": names})
-    except OSError:
-        pass  # a read-only home: index again next time
-    return names
+    return cached_json(
+        _cache_file(tasks_dir),
+        lambda data: isinstance(data, dict) and data.get("version") == CACHE_VERSION and _valid(data.get("names"), tasks_dir),
+        lambda: {"version": CACHE_VERSION, "tasks_dir": str(tasks_dir), "names": _build_index(tasks_dir)})["names"]
 
 
 def _valid(names: Any, tasks_dir: Path) -> bool:

@@ -23,7 +23,6 @@ import contextlib
 import copy
 import functools
 import hashlib
-import json
 import os
 import site
 import sys
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.files import cache_dir, write_json_atomic
+from gatekeeper.files import cache_dir, cached_json
 
 _ENV_INFO: dict[str, dict[str, Any]] = {}  # the working directory's parent -> what add_env_info adds
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -91,20 +90,10 @@ def kept_env_report(compute: Callable[[], str]) -> str:
     variables made it before; else computed and kept. Never a report of another environment: a
     key that cannot be made (no boot id) computes every time."""
     path = _env_report_path()
-    if path is not None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and isinstance(data.get("pretty_env_info"), str):
-                return data["pretty_env_info"]
-        except (OSError, ValueError):
-            pass  # none yet, or unreadable: made again
-    report = compute()
-    if path is not None:
-        try:
-            write_json_atomic(path, {"pretty_env_info": report})
-        except OSError:
-            pass  # a read-only home: made again next time
-    return report
+    if path is None:
+        return compute()
+    return cached_json(path, lambda data: isinstance(data, dict) and isinstance(data.get("pretty_env_info"), str),
+                       lambda: {"pretty_env_info": compute()})["pretty_env_info"]
 
 
 def _env_report_path() -> Path | None:
