@@ -33,6 +33,36 @@ def test_levels_match_the_lan_demets_obrien_fleming_boundaries() -> None:
         seq.look_levels(np.array([0.5, 0.4, 1.0]), ALPHA)
 
 
+def test_the_boundaries_are_gsdesigns_and_the_integration_converged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recursive integration on a grid (compare/sequential.py): gsDesign's sfLDOF bounds for
+    4 equal looks at one-sided 0.025 to their 4 decimals; every level within 1e-7 (relative) of a
+    grid ten times finer, 2 to 8 looks, alpha down to an MMLU subject's share (0.05/57) and 1e-4;
+    the multivariate normal integration it replaced agrees where that is accurate (2 looks), and
+    still computes the designs whose looks lie too close together for the grid."""
+    t4 = tuple(seq.fractions(4).tolist())
+    assert seq.boundaries(t4, 0.025) == pytest.approx([4.3326, 2.9631, 2.3590, 2.0141], abs=5e-5)
+    for looks in (2, 4, 8):
+        t = tuple(seq.fractions(looks).tolist())
+        for alpha in (0.05, 0.05 / 57, 1e-4):
+            increments = np.diff(np.concatenate([[0.0], seq.spent(np.array(t), alpha)]))
+            increments[-1] += alpha - increments.sum()
+            grid = seq._sf(seq._grid_boundaries(t, increments))
+            with monkeypatch.context() as m:
+                m.setattr(seq, "_POINTS_PER_SD", 10 * seq._POINTS_PER_SD)
+                m.setattr(seq, "_MAX_INTERVALS", 10 * seq._MAX_INTERVALS)
+                finer = seq._sf(seq._grid_boundaries(t, increments))
+            assert np.max(np.abs(grid / finer - 1)) < 1e-7, (looks, alpha)
+            if looks == 2:
+                assert seq._sf(seq._mvn_boundaries(t, increments)) == pytest.approx(grid, rel=1e-6)
+    close = (0.5, 0.5 + 1e-6, 1.0)  # a look one item after the last, of a million
+    increments = np.diff(np.concatenate([[0.0], seq.spent(np.array(close), ALPHA)]))
+    assert seq._grid_boundaries(close, increments) is None
+    levels = seq.look_levels(np.array(close), ALPHA)
+    # nearly the two-look design: the extra look spends almost nothing
+    assert np.all(np.isfinite(levels)) and levels[[0, 2]] == pytest.approx(seq.look_levels(seq.fractions(2), ALPHA),
+                                                                           abs=2e-4)
+
+
 def test_levels_are_the_same_on_every_call() -> None:
     seq.boundaries.cache_clear()
     first = seq.look_levels(seq.fractions(4), ALPHA)
