@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,12 +135,15 @@ def test_each_night_passes_the_anchor_catches_the_sum_and_pin_moves_it(project: 
     assert CAPITALS in table and "▁" in table
 
 
-def test_a_harmless_sequence_never_drifts(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_harmless_sequence_never_drifts(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                         demo_run: Callable[[str], Path]) -> None:
+    """The nights' runs are the session's runs of the demo checkpoints (tests/demo_runs.py), each
+    copied: a night's run of a checkpoint is that run, whichever process made it."""
     root = tmp_path_factory.mktemp("harmless-project")
     shutil.copytree(ROOT / "examples", root / "examples", ignore=FRESH)
     project = root / "examples"
     for n, name in enumerate(["base", "harmless", "base", "harmless"], start=1):
-        run = _run(project, ROOT / "examples" / "checkpoints" / name, tmp_path / f"run{n}")
+        run = Path(shutil.copytree(demo_run(name), tmp_path / f"run{n}"))
         code, report, out = _gate(project, run, tmp_path / f"report{n}.json")
         assert code == 0 and report["verdict"] == "pass" and report["drifted"] == 0, out
         assert _gk("baseline", "promote", str(run), "--suite", "gatekeeper.yaml", cwd=project).returncode == 0

@@ -7,6 +7,7 @@ same at n = 100, 500 and 2,000 with up to 20,000 simulations each.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -19,6 +20,25 @@ from gatekeeper.results.metrics import kind_named
 
 def _allowance(level: float, sims: int) -> float:
     return 2.5 * math.sqrt(level * (1 - level) / sims)
+
+
+def _rates(draw: Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]],
+           p_value: Callable[[np.ndarray, np.ndarray], float], sims: int, seed: int) -> np.ndarray:
+    """P(p < level) for each of small_levels.LEVELS, over ``sims`` pairs drawn by ``draw``."""
+    rng = np.random.default_rng(seed)
+    levels = np.array(small_levels.LEVELS)
+    return sum((p_value(*draw(rng)) < levels).astype(float) for _ in range(sims)) / sims
+
+
+def _assert_level_kept_and_leak_closed(after: np.ndarray, after_sims: int, before: np.ndarray,
+                                       before_sims: int) -> None:
+    """The gate's test within Monte Carlo error of 0.05 and 0.01; the old test above both by more
+    than two Monte Carlo errors (the leak the gate's test closes)."""
+    levels = np.array(small_levels.LEVELS)
+    print(f"P(p < {levels}): the gate's test {after}, the test before (heavier tail) {before}")
+    for level, a, b in zip(levels[:2], after[:2], before[:2], strict=True):
+        assert a <= level + _allowance(level, after_sims), (level, a)
+        assert b > level + 2 * math.sqrt(level * (1 - level) / before_sims), (level, b)
 
 
 @pytest.mark.parametrize("a", [-0.4, -0.05, 1e-12, 0.02, 0.3])
@@ -79,17 +99,17 @@ def test_power_on_the_same_data_is_kept() -> None:
 
 def test_a_ratio_of_sums_keeps_its_level_where_the_permutation_did_not() -> None:
     """Bits per byte over 500 texts whose log-likelihood per byte moves by a harmless lognormal
-    change (sigma 0.75, mean 0). The sign-swap permutation of the ratio the gate used before
-    assumes the two runs' values exchangeable, and a skewed change is not: it rejected far above
-    each level. The studentized test of the log-likelihoods (the means' test, mapped to the
-    ratio) keeps 0.05 and 0.01 within Monte Carlo error. benchmarks/small_levels.py --ratio
-    runs heavier tails and 100 to 2,000 texts."""
-    sims, levels = 750, np.array(small_levels.LEVELS)
-    before, after = small_levels.ratio_rates(500, 0.75, sims, seed=3701)
-    print(f"P(p < {levels}): permutation {before}, the gate's test {after}")
-    for level, b, a in zip(levels[:2], before[:2], after[:2], strict=True):
-        assert a <= level + _allowance(level, sims), (level, a, b)
-        assert b > level + _allowance(level, sims), (level, a, b)  # the leak this closes
+    change (mean 0). The sign-swap permutation of the ratio the gate used before assumes the two
+    runs' values exchangeable, and a skewed change is not: it rejects far above each level
+    (shown on a heavy tail, sigma 1.5, where 200 simulations leave no doubt). The studentized
+    test of the log-likelihoods (the means' test, mapped to the ratio) keeps 0.05 and 0.01
+    within Monte Carlo error at sigma 0.75 (400 simulations). benchmarks/small_levels.py --ratio
+    runs both tests on the same data, heavier tails and 100 to 2,000 texts, in 20,000."""
+    after = _rates(lambda rng: small_levels.skewed_ratio_pair(rng, 500, 0.75), small_levels.ratio_gate_p,
+                   sims=400, seed=3701)
+    before = _rates(lambda rng: small_levels.skewed_ratio_pair(rng, 500, 1.5), small_levels.ratio_permutation_p,
+                    sims=200, seed=3701)
+    _assert_level_kept_and_leak_closed(after, 400, before, 200)
 
 
 def test_a_ratio_is_tested_as_its_log_likelihoods_mean_and_shares_one_bootstrap() -> None:
@@ -120,18 +140,23 @@ def test_a_ratio_is_tested_as_its_log_likelihoods_mean_and_shares_one_bootstrap(
 @pytest.mark.parametrize("aggregation", ["bleu", "chrf"])
 def test_a_corpus_score_keeps_its_level_where_the_permutation_did_not(aggregation: str) -> None:
     """BLEU and chrF over 500 sentences whose matched n-grams move by a harmless lognormal change
-    (sigma 0.75, mean 0: the expected statistics, and so the score, unchanged). The permutation
-    swapping the two runs' statistics within sentences, the corpus scores' test before, rejected
-    above each level; the studentized test of the change's jackknife linearization keeps 0.05 and
-    0.01 within Monte Carlo error. benchmarks/small_levels.py --corpus runs heavier tails and 100
-    to 2,000 sentences."""
-    sims, levels = 750, np.array(small_levels.LEVELS)
-    before, after = small_levels.corpus_rates(500, 0.75, aggregation, sims, seed=3702)
-    print(f"{aggregation} P(p < {levels}): permutation {before}, the gate's test {after}")
-    for level, b, a in zip(levels[:2], before[:2], after[:2], strict=True):
-        assert a <= level + _allowance(level, sims), (level, a, b)
-    # the leak this closes: above 0.05 by more than two Monte Carlo errors
-    assert before[0] > levels[0] + 2 * math.sqrt(levels[0] * (1 - levels[0]) / sims), before
+    (mean 0: the expected statistics, and so the score, unchanged). The permutation swapping the
+    two runs' statistics within sentences, the corpus scores' test before, rejects above each
+    level (shown on a heavy tail, sigma 1.5, 200 simulations); the studentized test of the
+    change's jackknife linearization keeps 0.05 and 0.01 within Monte Carlo error at sigma 0.75
+    (400 simulations). benchmarks/small_levels.py --corpus runs both tests on the same data,
+    heavier tails and 100 to 2,000 sentences, in up to 6,000."""
+    def gate_p(xb: np.ndarray, xc: np.ndarray) -> float:
+        return small_levels.corpus_gate_p(xb, xc, aggregation)
+
+    def permutation_p(xb: np.ndarray, xc: np.ndarray) -> float:
+        return small_levels.corpus_permutation_p(xb, xc, aggregation)
+
+    after = _rates(lambda rng: small_levels.skewed_corpus_pair(rng, 500, 0.75, aggregation), gate_p,
+                   sims=400, seed=3702)
+    before = _rates(lambda rng: small_levels.skewed_corpus_pair(rng, 500, 1.5, aggregation), permutation_p,
+                    sims=200, seed=3702)
+    _assert_level_kept_and_leak_closed(after, 400, before, 200)
 
 
 def test_the_benchmarks_corpus_test_is_the_gates() -> None:

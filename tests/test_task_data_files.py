@@ -2,6 +2,10 @@
 
 lm-eval resolves them against the process's working directory, so a suite that worked from the
 repository root failed from anywhere else.
+
+The processes share the session's datasets cache (and so start warm, tests/warm_start.py): each
+test's data files lie in its own folder, and datasets keys a local file's cache by its path and
+modification time, so no test reads another's.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def _project(tmp_path: Path, data: str) -> Path:
 
 def _run(project: Path, cwd: Path, out: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_CACHE": str(out.parent / "hf-cache")}
+           "TRANSFORMERS_OFFLINE": "1"}
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.run([sys.executable, "-m", "gatekeeper", "run", "--suite", str(project / "gatekeeper.yaml"),
                            "--model", str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(out)],
@@ -135,7 +139,7 @@ def _group_project(tmp_path: Path, members: dict[str, str]) -> Path:
 
 def _dry_run(project: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_CACHE": str(project.parent / "hf-cache")}
+           "TRANSFORMERS_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
                            str(ROOT / "examples" / "checkpoints" / "base"), "--dry-run", "--record-missing"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
@@ -165,8 +169,7 @@ def test_an_override_whose_file_lacks_a_column_names_the_task_the_file_and_the_c
     rows = [json.loads(x) for x in (project / "tasks/data/arith.jsonl").read_text().splitlines()[:20]]
     (project / "other.jsonl").write_text("".join(json.dumps({"q": r.pop("question"), **r}) + "\n" for r in rows))
     (project / "gatekeeper.yaml").write_text(SUITE + "    dataset: {path: json, kwargs: {data_files: {test: other.jsonl}}}\n")
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
+    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
                            str(ROOT / "examples" / "checkpoints" / "base"), "--dry-run", "--record-missing"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
