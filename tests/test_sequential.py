@@ -58,6 +58,9 @@ def test_the_boundaries_are_gsdesigns_and_the_integration_converged(monkeypatch:
     increments = np.diff(np.concatenate([[0.0], seq.spent(np.array(close), ALPHA)]))
     assert seq._grid_boundaries(close, increments) is None
     levels = seq.look_levels(np.array(close), ALPHA)
+    # a share too small to spend anything at a tiny first look: that look never fails
+    tiny = seq.look_levels(np.array([0.01, 1.0]), 1e-6)
+    assert tiny[0] == 0.0 and tiny[1] == pytest.approx(1e-6, rel=1e-6)
     # nearly the two-look design: the extra look spends almost nothing
     assert np.all(np.isfinite(levels)) and levels[[0, 2]] == pytest.approx(seq.look_levels(seq.fractions(2), ALPHA),
                                                                            abs=2e-4)

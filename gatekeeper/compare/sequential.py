@@ -114,7 +114,7 @@ def boundaries(t: tuple[float, ...], alpha: float) -> np.ndarray:
 # on the score scale S_k = Z_k √t_k the looks are a random walk with independent N(0, t_k − t_{k−1})
 # steps, so the density of S_k on the paths that have not crossed yet is the last look's density,
 # cut at its boundary, convolved with one step. Simpson's rule on a grid finer than the steps
-# makes each crossing probability exact to about 1e-9 (tests/test_sequential.py checks it against
+# makes each level exact to about 1e-8, relative (tests/test_sequential.py checks it against
 # a grid ten times finer and against the multivariate normal integration), deterministic, in
 # milliseconds: the integration by scipy's randomized quasi-Monte Carlo took 0.5 s of CPU per
 # (fractions, alpha), which every sequential gate and each share of alpha of a graphical design
@@ -129,7 +129,7 @@ def _grid_boundaries(t: tuple[float, ...], increments: np.ndarray) -> np.ndarray
     from scipy.optimize import brentq
 
     steps = np.diff(np.concatenate([[0.0], np.asarray(t, dtype=np.float64)]))
-    cs = [float(_isf(increments[0]))]
+    cs = [float(_isf(increments[0]))]  # inf where nothing is spent (a tiny share at a tiny fraction)
     points, weights = _sub_density(None, None, math.sqrt(t[0]), cs[0] * math.sqrt(t[0]), steps[0], steps[:2])
     for k in range(1, len(t)):
         if points is None:
@@ -137,7 +137,9 @@ def _grid_boundaries(t: tuple[float, ...], increments: np.ndarray) -> np.ndarray
         root_t = math.sqrt(t[k])
         excess = partial(_crossing_excess, points=points, weights=weights, root_t=root_t,
                          sd=math.sqrt(steps[k]), inc=float(increments[k]))
-        cs.append(float(brentq(excess, -2.0, 12.0, xtol=1e-10)))
+        # c = 40 leaves nothing to cross (40 sd of the step above the highest path): below that
+        # the crossing probability falls through every increment a double can hold
+        cs.append(float(brentq(excess, -2.0, 40.0, xtol=1e-10)) if excess(40.0) < 0 else math.inf)
         if k + 1 < len(t):
             points, weights = _sub_density(points, weights, root_t, cs[k] * root_t, steps[k], steps[k:k + 2])
     return np.array(cs)
@@ -156,8 +158,7 @@ def _sub_density(points: np.ndarray | None, weights: np.ndarray | None, root_t: 
     ``weights``), or from 0 at the first look (``points`` None). ``near``: the steps that meet this
     grid, which set its spacing. (None, None) where that needs more than _MAX_INTERVALS."""
     low = -_TAIL_SD * root_t
-    if bound <= low:
-        return np.zeros(1), np.zeros(1)  # nothing is left below the boundary
+    bound = min(bound, _TAIL_SD * root_t)  # an infinite boundary (nothing spent): the rest is < 1e-16
     h = math.sqrt(float(np.min(near))) / _POINTS_PER_SD
     intervals = 2 * math.ceil((bound - low) / h / 2)
     if intervals > _MAX_INTERVALS:
