@@ -24,9 +24,9 @@ echo "== pytest"
 # and the set-up compiles none (scripts/setup.sh says why).
 unset PYTHONDONTWRITEBYTECODE
 export TQDM_DISABLE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# Two workers on two cores: one thread each for torch and BLAS. More oversubscribes the cores and
-# OpenMP threads spin while they wait (measured: a demo run beside another used 14.8 s of CPU with
-# 2 threads, 11.5 s with 1, and was 10% slower). Set OMP_NUM_THREADS to override.
+# One thread each for torch and BLAS in every worker: more oversubscribes the cores and OpenMP
+# threads spin while they wait (measured: a demo run beside another used 14.8 s of CPU with 2
+# threads, 11.5 s with 1, and was 10% slower). Set OMP_NUM_THREADS to override.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # Each worker imports torch, transformers and lm-eval once, in a server whose forked children run
 # the tests' `python -m gatekeeper ...` subprocesses (tests/warm_start.py; a line in
@@ -34,8 +34,14 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREAD
 # every subprocess cold instead.
 # -rfEs: a failed or erroring test is named at the end, a skipped one says why (only the container
 # test may skip: no Docker daemon to be had).
-# -n 2 --dist loadfile: both cores, each test file on one worker (its module fixtures evaluate the
-# demo once); the fresh clone and the container start first, then xdist's order, files with most
-# tests first (tests/conftest.py FIRST_FILES; in xdist's order the fresh clone ran last, alone);
+# -n (cores + 1) --dist loadfile: each test file on one worker (its module fixtures evaluate the
+# demo once). One worker more than cores: a worker often waits (the container's build, pip in the
+# fresh clone, loopback servers starting), and the third keeps both cores of a 2-core machine busy
+# (measured on 2 cores: 110 s of idle core time with 2 workers, 5 s with 3; 601 s to 569 s).
+# GATEKEEPER_TEST_WORKERS overrides; at most 8 (each worker holds a warm import of torch, ~1 GB).
+# The fresh clone and the container start first, then xdist's order, files with most tests first
+# (tests/conftest.py FIRST_FILES; in xdist's order the fresh clone ran last, alone);
 # --durations 25: the slowest tests, every run (tests/conftest.py holds the CPU budget).
-exec .venv/bin/python -m pytest -q -rfEs -p no:cacheprovider -n 2 --dist loadfile --durations=25 "$@"
+cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+workers=${GATEKEEPER_TEST_WORKERS:-$(( cores + 1 > 8 ? 8 : cores + 1 ))}
+exec .venv/bin/python -m pytest -q -rfEs -p no:cacheprovider -n "$workers" --dist loadfile --durations=25 "$@"

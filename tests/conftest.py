@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 # One thread per test worker for torch and BLAS, in this process and every lm-eval subprocess, as
-# scripts/test.sh sets it (two workers on two cores; see there). Before numpy or torch is imported.
+# scripts/test.sh sets it (a worker per core and one more; see there). Before numpy or torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 # What scripts/test.sh exports (a local model needs no hub), so pytest run alone sees the same.
