@@ -41,9 +41,9 @@ def _pair(rng: np.random.Generator, sizes: np.ndarray, drops: np.ndarray, *, wei
         breaks = (b == 1) & (u < FLIP * (1 - p) + d / p)
         fixes = (b == 0) & (u < FLIP * p)
         c = np.where(breaks, 0.0, np.where(fixes, 1.0, b))
-        name = f"sub{t:02d}"
-        base.append(replace(fast_series(name, b), key=replace(fast_series(name, b).key, metric="acc")))
-        cand.append(replace(fast_series(name, c), key=replace(fast_series(name, c).key, metric="acc")))
+        for values, side in ((b, base), (c, cand)):
+            series = fast_series(f"sub{t:02d}", values)
+            side.append(replace(series, key=replace(series.key, metric="acc")))
     return _grouped(run(*base, name="base"), weighted), _grouped(run(*cand, name="cand"), weighted)
 
 
