@@ -57,13 +57,16 @@ def _project(tmp_path: Path, data: str) -> Path:
     return project
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1"}
+
+
 def _run(project: Path, cwd: Path, out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.run([sys.executable, "-m", "gatekeeper", "run", "--suite", str(project / "gatekeeper.yaml"),
                            "--model", str(ROOT / "examples" / "checkpoints" / "base"), "--out", str(out)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
 
 
 def test_relative_data_files_are_read_beside_the_task_yaml_from_anywhere(tmp_path: Path) -> None:
@@ -138,11 +141,9 @@ def _group_project(tmp_path: Path, members: dict[str, str]) -> Path:
 
 
 def _dry_run(project: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
                            str(ROOT / "examples" / "checkpoints" / "base"), "--dry-run", "--record-missing"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=project, env=_env(), capture_output=True, text=True, timeout=600)
 
 
 def test_a_group_entry_s_dataset_applies_to_each_of_its_tasks(tmp_path: Path) -> None:
@@ -169,10 +170,7 @@ def test_an_override_whose_file_lacks_a_column_names_the_task_the_file_and_the_c
     rows = [json.loads(x) for x in (project / "tasks/data/arith.jsonl").read_text().splitlines()[:20]]
     (project / "other.jsonl").write_text("".join(json.dumps({"q": r.pop("question"), **r}) + "\n" for r in rows))
     (project / "gatekeeper.yaml").write_text(SUITE + "    dataset: {path: json, kwargs: {data_files: {test: other.jsonl}}}\n")
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", "gatekeeper.yaml", "--model",
-                           str(ROOT / "examples" / "checkpoints" / "base"), "--dry-run", "--record-missing"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    proc = _dry_run(project)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     (line,) = proc.stderr.strip().splitlines()
     assert ("tasks json_arith: dataset: the data file(s) other.jsonl of this override lack the column 'question'"
