@@ -371,6 +371,10 @@ def _gate_parser(sub: Any) -> None:
                         "known (O'Brien-Fleming alpha spending, beta-spending futility); a sample, never a baseline")
     p.add_argument("--looks", type=int, help="with --sequential: how many looks, 2 to 10 (default: the suite's "
                    "policy.sequential.looks, else 4)")
+    p.add_argument("--items", choices=("uniform", "informative"), default="uniform",
+                   help="informative: read the items the baseline says are likely to flip first (its multiple-choice "
+                        "margins), stage by stage, until the flips read hold most of the information, and test the "
+                        "whole suite's change once from them (default uniform: every item); a sample, never a baseline")
     p.add_argument("--no-history", action="store_true",
                    help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
     p.add_argument("--dry-run", action="store_true",
@@ -390,6 +394,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if (args.model is None) == (args.run is None):
         raise GateError("gate: give --model (evaluate now) or --run RUN_DIR (gate an existing run)"
                         + (", not both" if args.model is not None else ""))
+    if args.items == "informative" and (args.run is not None or args.record_missing):
+        raise GateError("gate --items informative: " + ("--run gates a run that read every item; the informative read "
+                        "evaluates as it goes (--model)" if args.run is not None else "--record-missing does not apply "
+                        "(it reads a sample of the items; record the baseline from a whole run)"))
     if args.dry_run:
         return _dry_run(args)
     if args.sequential and args.run is not None:
@@ -439,8 +447,13 @@ def _gate_model(args: argparse.Namespace) -> int:
             raise GateError("gate --from-commit: the commit's own baseline is used; --baseline and "
                             "--record-missing do not apply")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
-            looks = _looks(args, suite)
-            if looks:
+            looks = _informative_looks(args, suite)
+            if args.items == "informative":
+                from gatekeeper.gate import run_informative_gate
+
+                result = run_informative_gate(suite.path, args.model, out_dir=out, baseline=base_baseline or args.baseline,
+                                              revision=args.revision, device=args.device, log=_out)
+            elif looks:
                 from gatekeeper.gate import run_sequential_gate
 
                 result = run_sequential_gate(suite.path, args.model, out_dir=out, looks=looks,
@@ -458,8 +471,9 @@ def _gate_model(args: argparse.Namespace) -> int:
                 _atomic_write(Path(args.markdown), f"### ✅ {escape_untrusted(result.notice, 1000)}\n")
             return EXIT_OK
         extra = {"run_dir": str(result.run_dir)} if args.out else {}
-        if "sequential" in result.report_json:
-            extra["sequential"] = result.report_json["sequential"]
+        for key in ("sequential", "informative"):
+            if key in result.report_json:
+                extra[key] = result.report_json[key]
         code = _emit(result.outcome, args, extra or None)
         if args.print_markdown:
             print()
@@ -484,6 +498,15 @@ def _looks(args: argparse.Namespace, suite: Any) -> int:
     return (args.looks or suite.policy.sequential_looks or 4) if sequential else 0
 
 
+def _informative_looks(args: argparse.Namespace, suite: Any) -> int:
+    """``_looks``, refusing looks with ``--items informative`` (its own stages, one test)."""
+    looks = _looks(args, suite)
+    if looks and args.items == "informative":
+        raise GateError("gate --items informative: not with a sequential gate's looks (--sequential or the "
+                        "suite's policy.sequential); it reads its own stages and tests once")
+    return looks
+
+
 def _dry_run(args: argparse.Namespace) -> int:
     """``gate --dry-run``: the checks and a few rendered prompts, no evaluation; with the flags of
     the gate it rehearses (--record-missing, --sequential, --looks) and its refusals."""
@@ -502,7 +525,7 @@ def _dry_run(args: argparse.Namespace) -> int:
     with _measurement(args, need_baseline=True) as (suite, base_baseline):
         _out(dry_run_gate(suite.path, args.model, baseline=base_baseline or args.baseline, revision=args.revision,
                           device=args.device, log=_out, record_missing=args.record_missing,
-                          looks=_looks(args, suite)))
+                          looks=_informative_looks(args, suite), items=args.items))
     return EXIT_OK
 
 

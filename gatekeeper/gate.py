@@ -47,10 +47,11 @@ from gatekeeper.compare.compat import (
     dataset_moves,
 )
 from gatekeeper.compare.outcome import Outcome
+from gatekeeper.compare.stats.weighted import MIN_FLIPS, until_informed
 from gatekeeper.errors import GateError
 from gatekeeper.files import portable_path
 from gatekeeper.model import RunResults, TrendEntry
-from gatekeeper.results import subset
+from gatekeeper.results import informative, subset
 from gatekeeper.results.reader import load_run
 from gatekeeper.results.trusted import trusted_code
 from gatekeeper.run import complete, merge, mutants, pins, runner
@@ -186,7 +187,7 @@ def _reference(suite: Suite, baseline_path: Path, policy: Policy | None
 def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | None = None,
                  policy: Policy | None = None, revision: str | None = None, device: str | None = None,
                  log: Callable[[str], Any] = print, examples: int = 3, record_missing: bool = False,
-                 looks: int = 0) -> str:
+                 looks: int = 0, items: str = "uniform") -> str:
     """``gate --dry-run``: every check a gate makes before it pays for the model (suite, task
     names, datasets, the baseline and anchor against the suite and the built tasks, margins, the
     device), the items it would evaluate (``looks``: per look of a sequential gate), each group,
@@ -197,6 +198,7 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     check_baseline_path(baseline_path, record_missing=record_missing, looks=looks)
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
+    designs = _informative_designs(suite, stored, baseline_path, policy or suite.policy) if items == "informative" else None
     lock = dataset_lock(stored)
     checked = runner.dry_run(suite, model, revision=revision, device=device, log=log, preflight=preflight,
                              examples=examples, lock=lock)
@@ -219,6 +221,8 @@ def dry_run_gate(suite_path: str | Path, model: str, *, baseline: str | Path | N
             for name, sha in checked.datasets.items()))
     if looks:
         lines += _looks_preview(suite, checked.items, looks, policy or suite.policy)
+    if designs is not None:
+        lines += _informative_preview(*designs)
     lines += _groups_preview(suite, checked.groups, checked.items)
     if stored is not None:
         lines += _resolution_preview(_plan(suite, stored, baseline_path, policy or suite.policy))
@@ -460,6 +464,158 @@ def run_sequential_gate(
         info["complete_with"] = f"gatekeeper run --complete {out_dir} --suite {suite.path}"
         log(f"sequential: a sample of the items; to store this model as a baseline: {info['complete_with']}")
     return dataclasses.replace(result, run_dir=Path(out_dir))
+
+
+def run_informative_gate(
+    suite_path: str | Path,
+    model: str,
+    *,
+    out_dir: str | Path,
+    baseline: str | Path | None = None,
+    policy: Policy | None = None,
+    revision: str | None = None,
+    device: str | None = None,
+    log: Callable[[str], Any] = print,
+    batch_size: int | str | None = None,
+) -> GateResult:
+    """``gate --items informative`` (issue #57): read the items the baseline says are likely to
+    flip first, stage by stage, and test once.
+
+    Each task's design comes from the baseline alone (``informative.designs_for``: its choice
+    margins; a task that cannot be weighted exactly is read whole). Stage k reads the items the
+    design draws at scale ``SCALES[k]`` (47%, 69%, 88%, every item) that earlier stages did not; a
+    task stops at the first stage whose read flips hold most of the information of reading every
+    item (``weighted.until_informed``: it looks only at which items flipped, never which way, so
+    the test keeps its exact level). Then one comparison of the items read, each standing for
+    what the design says (``informative.weigh``), against the baseline cut to them: the whole
+    suite's change, estimated and tested. One run folder per stage under ``out_dir``; never
+    recorded or promoted (a sample of the items)."""
+    suite = load_suite(suite_path)
+    baseline_path = Path(baseline) if baseline else suite.baseline_path
+    check_not_deleted(baseline_path)
+    if not baseline_path.is_file():
+        raise GateError(f"{baseline_path}: no baseline file; an informative gate reads its items from one (record it "
+                        f"first: gatekeeper gate --suite {suite.path} --model MODEL --record-missing)")
+    policy = policy or suite.policy
+    stored, anchor, preflight = _reference(suite, baseline_path, policy)
+    designs, whole = _informative_designs(suite, stored, baseline_path, policy)
+    decided, runs, news = _informative_stages(suite, model, Path(out_dir), stored, designs, log, runner_args={
+        "revision": revision, "device": device, "batch_size": batch_size, "lock": dataset_lock(stored),
+        "preflight": preflight, "items_check": items_checker(stored)})
+    candidate = subset.join(runs, news)
+    docs = subset.docs_of(candidate)
+    outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
+                                policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None,
+                                plan=_plan(suite, stored, baseline_path, policy))
+    info = _informative_report(designs, whole, decided, docs)
+    log(info["summary"])
+    outcome.notes.append(info["summary"])
+    report_json = report.to_json(outcome)
+    report_json["informative"] = info
+    return GateResult(outcome.exit_code, outcome, None, Path(out_dir), report_json)
+
+
+def _informative_designs(suite: Suite, stored: RunResults | None, baseline_path: Path, policy: Policy
+                         ) -> tuple[dict[str, informative.Design], dict[str, str]]:
+    """Each task's design from the baseline, and the tasks read whole (why); an error where the
+    informative read cannot be made at all."""
+    if policy.test != "superiority":
+        raise GateError(f"gate --items informative: policy test {policy.test} reads every item; the informative read "
+                        "is tested for a drop (test: superiority)")
+    if stored is None:
+        raise GateError(f"{baseline_path}: no baseline file; an informative gate reads its items from one (record it "
+                        f"first: gatekeeper gate --suite {suite.path} --model MODEL --record-missing)")
+    designs, whole = informative.designs_for(stored, int(suite.seeds.get("random", 0) or 0))
+    if len(whole) == len(designs):
+        task, why = sorted(whole.items())[0]
+        raise GateError(f"{baseline_path}: no task can be read informatively (task {task}: {why}"
+                        f"{f', and {len(whole) - 1} more' if len(whole) > 1 else ''}); baselines keep each "
+                        "multiple-choice item's margin from this release on: promote a run of it (gatekeeper "
+                        "baseline promote RUN_DIR --suite ...), or gate with --items uniform")
+    return designs, whole
+
+
+def _informative_preview(designs: dict[str, informative.Design], whole: dict[str, str]) -> list[str]:
+    """The dry run's word on an informative gate: what each stage reads at most, what is read whole."""
+    total = sum(d.pi.size for d in designs.values())
+    shares = [sum(d.expected_share(scale) * d.pi.size for d in designs.values()) / total
+              for scale in informative.SCALES]
+    lines = ["informative: the stages read about " + ", ".join(f"{x:.0%}" for x in shares) + f" of the {total:,} "
+             "items; each task stops at the first whose flips hold 95% of the information of reading every item"]
+    if whole:
+        lines.append("  read whole: " + ", ".join(f"{t} ({why})" for t, why in sorted(whole.items())))
+    return lines
+
+
+def _informative_stages(suite: Suite, model: str, out_dir: Path, stored: RunResults,
+                        designs: dict[str, informative.Design], log: Callable[[str], Any], *,
+                        runner_args: dict[str, Any]) -> tuple[dict[str, float], list[RunResults], list[dict[str, list[int]]]]:
+    """The stages, evaluated one after another until every task is decided: ({task: the scale
+    it stopped at}, each stage's run, the documents each added)."""
+    seed = int(suite.seeds.get("random", 0) or 0)
+    scales = informative.SCALES
+    read = {task: np.zeros(d.pi.size, dtype=bool) for task, d in designs.items()}
+    decided: dict[str, float] = {}
+    runs: list[RunResults] = []
+    news: list[dict[str, list[int]]] = []
+    try:
+        for k, scale in enumerate(scales, 1):
+            new = {}
+            for task, d in sorted(designs.items()):
+                now = d.read(scale) if task not in decided else read[task]
+                new[task] = np.flatnonzero(now & ~read[task]).tolist()
+                read[task] |= now
+            log(f"informative: stage {k} of {len(scales)}: {sum(map(len, new.values())):,} items "
+                f"({len(designs) - len(decided)} tasks still reading)")
+            first = {key: runner_args[key] for key in ("preflight", "items_check")} if k == 1 else {}
+            folder = runner.run_suite(suite, model, out_dir / f"stage-{k}", log=log, look=Look(k, len(scales), seed, docs=new),
+                                      reuse_model=True, revision=runner_args["revision"], device=runner_args["device"],
+                                      batch_size=runner_args["batch_size"], lock=runner_args["lock"], **first)
+            for run, got in _load_looks(suite, [folder]):
+                runs.append(run)
+                news.append(got)
+            candidate = subset.join(runs, news)
+            for task, d in designs.items():
+                if task not in decided and (k == len(scales) or read[task].all()
+                                            or until_informed(_flipped(stored, candidate, task, d.pi.size), d) < k):
+                    decided[task] = scale
+            if len(decided) == len(designs):
+                break
+    finally:
+        runner.release_models()
+    return decided, runs, news
+
+
+def _flipped(stored: RunResults, candidate: RunResults, task: str, n: int) -> np.ndarray:
+    """Which of a task's documents the candidate read and changed in any of its right/wrong
+    series (never which way: what the stage choice may look at)."""
+    out = np.zeros(n, dtype=bool)
+    for key, s in candidate.series.items():
+        if key.task == task and key in stored.series:
+            ids = np.asarray(s.doc_ids, dtype=np.int64)
+            out[ids] |= np.asarray(stored.series[key].values)[ids] != np.asarray(s.values)
+    return out
+
+
+def _informative_report(designs: dict[str, informative.Design], whole: dict[str, str], decided: dict[str, float],
+                        docs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What the report says of an informative gate: items read per task, where each stopped, and
+    which tasks were read whole and why."""
+    items = {task: {"read": int(np.asarray(docs.get(task, ())).size), "total": int(d.pi.size),
+                    "stage": informative.SCALES.index(decided[task]) + 1, "whole": whole.get(task)}
+             for task, d in sorted(designs.items())}
+    read, total = sum(v["read"] for v in items.values()), sum(v["total"] for v in items.values())
+    summary = (f"informative: read {read:,} of {total:,} items ({read / total:.0%}), chosen from the baseline: the "
+               "items likely to flip first, every other item with a known chance, so a drop anywhere in the suite "
+               "is still estimated and tested")
+    if whole:
+        summary += f"; read whole: {', '.join(f'{t} ({why})' for t, why in sorted(whole.items()))}"
+    last = informative.SCALES[-1]
+    read_on = sorted(t for t in designs if t not in whole and decided[t] == last)
+    if read_on:  # the stage rule read on: the flips did not say enough at fewer items
+        summary += (f"; every item of {', '.join(read_on)} (fewer than {MIN_FLIPS} flips read, or too many of "
+                    "them among the items the baseline was sure of)")
+    return {"read": read, "total": total, "items": items, "summary": summary, "partial": read < total}
 
 
 def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | Path | None = None,

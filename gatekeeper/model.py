@@ -41,6 +41,16 @@ class SeriesKey:
         return f"{self.task}/{self.metric},{self.filter}"
 
 
+@dataclass(frozen=True)
+class Sample:
+    """The items of a series that an informative design read (``results/informative.py``, issue
+    #57), and what they stand for: the comparison estimates the whole task's change from them
+    (Horvitz-Thompson) and tests it with the weighted flips' exact test."""
+
+    weights: np.ndarray  # per item, aligned with the series' doc_ids: 1 / its inclusion probability
+    total: int  # the items of the task (a group: of its subtasks) the read ones stand for
+
+
 @dataclass
 class MetricSeries:
     """Per-item values of one (task, filter, metric), sorted by doc_id.
@@ -57,6 +67,7 @@ class MetricSeries:
       keep ``HASH_CHARS`` digits as ASCII bytes (``HASH_DTYPE``); other sources may hold str,
       or more or fewer digits: compare on the common prefix (``np.asarray(h, dtype=str)`` reads any).
     clusters: optional str array, shape (n,): cluster label per item (shared passage, subject).
+    sample: set where an informative design read these items out of more (``Sample``).
     reported: the aggregate lm-eval wrote in results.json (None for a baseline file that
       has no results.json; the store keeps it though).
     """
@@ -70,6 +81,7 @@ class MetricSeries:
     hashes: np.ndarray
     reported: float | None = None
     clusters: np.ndarray | None = None
+    sample: Sample | None = None  # None: the items are the whole task, each standing for itself
 
     @property
     def n(self) -> int:

@@ -25,6 +25,7 @@ from gatekeeper.compare.outcome import (
 )
 from gatekeeper.compare.stats.mcnemar import rejection_table, size_at
 from gatekeeper.compare.stats.result import PairedTest
+from gatekeeper.compare.stats.weighted import WEIGHTED_TEST, weighted_paired_test
 from gatekeeper.compare.verdict import Tested, decide, mde, resolution_warnings
 from gatekeeper.errors import GateError
 from gatekeeper.model import MetricSeries, RunResults, SeriesKey
@@ -225,6 +226,7 @@ def compare_runs(
         f"(<= {policy.rounding:g} relative) and count as unchanged"
         for c in comparisons if c.rounded
     ]
+    notes_rounding += [_read_note(candidate, c) for c in comparisons if c.test.test == WEIGHTED_TEST]
 
     regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
     failing = regressions + ([c for c in comparisons if c.gated and c.verdict == INCONCLUSIVE]
@@ -307,6 +309,11 @@ def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPai
         base, cand, clusters = pair_series(b_series, c_series, where=f"{what} {key.task} ({key.metric},{key.filter})")
         margin, gated = policy.lookup(key, candidate.parents(key.task), group=gm is not None)
         snapped, rounded = stats.snap_rounding(b_series.kind, base, cand, policy.rounding)
+        weighted = _weighted_test(c_series, base, cand, clusters, policy, src)
+        if weighted is not None:
+            plans.append(weighted)
+            rows.append((gm, b_series, base, cand, cand, 0, margin, gated))
+            continue
         try:
             plans.append(stats.plan_test(
                 b_series.kind,
@@ -349,6 +356,36 @@ def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPai
     # Each group's rows above its subtasks' (the report's order), nested groups inside theirs.
     tested.sort(key=lambda t: (_path(candidate, t.key.task), t.key.metric, t.key.filter))
     return tested, warnings
+
+
+def _read_note(candidate: RunResults, c: Comparison) -> str:
+    read = sum(candidate.series[key].n for key in candidate.series
+               if key.task in (c.subtasks or (c.key.task,)) and (key.metric, key.filter) == (c.key.metric, c.key.filter))
+    return (f"{c.key}: an informative read: {read:,} of {c.test.n:,} items, chosen from the baseline (the likely "
+            "flips first, every item with a known chance); its values are the whole task's estimates and its test "
+            "the weighted flips' exact test, whose false-alarm rate holds whatever items flipped")
+
+
+def _weighted_test(series: MetricSeries, base: np.ndarray, cand: np.ndarray, clusters: np.ndarray | None,
+                   policy: Policy, src: str) -> PairedTest | None:
+    """The weighted flips' test of a series an informative design read (``series.sample``,
+    ``results/informative.py``), on the paired values; None where the items are the whole task, each
+    standing for itself (the ordinary test then). Only right/wrong items without clusters can be
+    weighted exactly: any other read of part of a task is an error, never a test of the wrong items."""
+    sample = series.sample
+    if sample is None or (sample.total == base.shape[0] and bool(np.all(sample.weights == 1))):
+        return None
+    why = ("its items are clustered" if clusters is not None else
+           "" if _binary_pair(base, cand) else f"its values are not right/wrong ({series.aggregation})")
+    if why:
+        raise GateError(f"{src}: {series.key}: an informative read of {base.shape[0]:,} of its {sample.total:,} "
+                        f"items cannot be weighted exactly: {why}; read the task whole or gate with --items uniform")
+    if policy.test != "superiority" or policy.look is not None:
+        what = f"policy test {policy.test}" if policy.test != "superiority" else "a sequential gate's looks"
+        raise GateError(f"{src}: {series.key}: an informative read is tested once, for a drop (policy test: "
+                        f"superiority); {what} reads items uniformly: gate with --items uniform")
+    weights = sample.weights[np.argsort(series.doc_ids, kind="stable")]  # pair_series' order: by doc id
+    return weighted_paired_test(base, cand, weights, sample.total, series.higher_is_better, 1 - policy.alpha)
 
 
 def _path(run: RunResults, name: str, seen: tuple[str, ...] = ()) -> tuple[str, ...]:

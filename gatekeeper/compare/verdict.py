@@ -169,6 +169,8 @@ def mde(test: PairedTest, margin: float, alpha: float, aggregation: str = "mean"
         return mde_for_rule(margin, alpha, spread, spread, POWER, shifted=True)
     if test.counts is not None:
         return mcnemar_mde(n, (test.counts[1] + test.counts[2]) / n, margin, alpha, POWER)
+    if test.flip_share is not None:  # an informative read: the whole task's, at its estimated flips
+        return mcnemar_mde(n, test.flip_share, margin, alpha, POWER)
     if test.identical or test.se == 0:
         return math.nan
     m = test.units

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from gatekeeper.errors import GateError
-from gatekeeper.model import MetricSeries, RunResults, SeriesKey
+from gatekeeper.model import MetricSeries, RunResults, Sample, SeriesKey
 
 _LEAF_SHIFT = np.int64(1) << np.int64(32)
 _NO_HASHES = np.array([["", "", ""]], dtype="S1")
@@ -117,11 +117,26 @@ def pooled(run: RunResults, gm: GroupMetric) -> MetricSeries:
             for _, s in parts]).astype(object)
     return MetricSeries(
         key=gm.key, kind="mean", aggregation="mean", higher_is_better=first.higher_is_better,
+        sample=_pooled_sample(gm, [s for _, s in parts]),
         doc_ids=np.concatenate([i * _LEAF_SHIFT + s.doc_ids.astype(np.int64) for i, s in parts]),
         # No item hashes: each subtask's items are paired and their hashes checked in its own row;
         # copying 3 hex strings per item for every level of nesting would triple the memory.
         values=np.concatenate(values), hashes=np.broadcast_to(_NO_HASHES, (total, 3)),
         reported=(run.groups.get(gm.group) or {}).get(f"{gm.metric},{gm.filter}"), clusters=clusters)
+
+
+def _pooled_sample(gm: GroupMetric, parts: list[MetricSeries]) -> Sample | None:
+    """What the group's items stand for where an informative design read its subtasks: each
+    item's own weight over every subtask's items (the pooled mean is then the group's size-weighted
+    score). A group of unweighted subtask means scales each subtask's items by its size, which a
+    sample's weights would have to carry too: not yet, so that is an error."""
+    if all(s.sample is None for s in parts):
+        return None
+    if not gm.weight_by_size:
+        raise GateError(f"group {gm.group}: an informative read of its subtasks cannot be weighted exactly for a "
+                        "group that averages its subtasks' scores (weight_by_size: false); gate it with --items uniform")
+    samples = [s.sample or Sample(np.ones(s.n), s.n) for s in parts]
+    return Sample(np.concatenate([x.weights for x in samples]), sum(x.total for x in samples))
 
 
 def value(run: RunResults, gm: GroupMetric) -> float:

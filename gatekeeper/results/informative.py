@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from gatekeeper.errors import GateError
+from gatekeeper.model import RunResults, Sample
+from gatekeeper.results import groups
 
 # The share of each |margin| quarter read, smallest margin first. Powers of two: every read item's
 # weight relative to the others is an integer, so the weighted flips' null distribution is exact.
@@ -165,3 +169,75 @@ def design(task: str, margins: np.ndarray, seed: int, shares: Sequence[float] = 
     level = strata(margins, shares.size)
     pi = np.where(level < 0, 1.0, shares[np.maximum(level, 0)])
     return Design(task, pi, uniforms(task, pi.size, seed))
+
+
+def designs_for(baseline: RunResults, seed: int, shares: Sequence[float] = SHARES
+                ) -> tuple[dict[str, Design], dict[str, str]]:
+    """Each task's design from the baseline alone, and why a task is read whole (every item read
+    with certainty, each standing for itself): only right/wrong items without clusters, whose
+    choice margins the baseline kept, can be weighted exactly; a subtask of a group that averages
+    its subtasks' scores cannot yet. The comparison refuses any other read of part of a task."""
+    whole: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    for key, s in sorted(baseline.series.items(), key=lambda kv: str(kv[0])):
+        ids = np.asarray(s.doc_ids, dtype=np.int64)
+        sizes[key.task] = int(ids.size)
+        values = np.asarray(s.values)
+        if key.task in whole:
+            continue
+        if not np.array_equal(ids, np.arange(ids.size)):
+            whole[key.task] = "its documents are not numbered 0 to n - 1"
+        elif s.clusters is not None:
+            whole[key.task] = f"its items are clustered ({key.metric})"
+        elif values.ndim != 1 or values.dtype == object or not np.isin(values, (0.0, 1.0)).all():
+            whole[key.task] = f"{key.metric} is not right/wrong"
+    for key in baseline.untestable:
+        whole.setdefault(key.task, f"{key.metric} cannot be tested")
+    for gm in groups.group_metrics(baseline)[0]:
+        if not gm.weight_by_size:
+            for leaf in gm.leaves:
+                whole.setdefault(leaf, f"group {gm.group} averages its subtasks' scores")
+    designs = {}
+    for task, n in sizes.items():
+        margins = baseline.choice_margins.get(task)
+        if task not in whole and margins is None:
+            whole[task] = "the baseline has no choice margins for it"
+        if task in whole:
+            designs[task] = Design(task, np.ones(n), uniforms(task, n, seed))
+            continue
+        d = design(task, margins[1], seed, shares, doc_ids=margins[0])
+        if d.pi.size < n:  # documents the margins do not list: read with certainty
+            d = Design(task, np.concatenate([d.pi, np.ones(n - d.pi.size)]), uniforms(task, n, seed))
+        designs[task] = Design(task, d.pi[:n], d.u[:n])
+    return designs, whole
+
+
+def weigh(run: RunResults, designs: Mapping[str, Design], scale: float | Mapping[str, float]) -> RunResults:
+    """``run`` (the items a gate read) with each series of a designed task given what its items
+    stand for at ``scale`` of the design (``Sample``); the comparison then estimates and tests the
+    whole task's change. The items must be exactly those the design reads at that scale, and every
+    task of the run must have a design: a run that read other items, or fewer, is an error, never a
+    silently wrong weight or a biased estimate."""
+    series = {}
+    for key, s in run.series.items():
+        d = designs.get(key.task)
+        at = scale if isinstance(scale, (int, float)) else scale.get(key.task, 1.0)
+        if d is None:
+            raise GateError(f"{run.provenance.source}: task {key.task} has no informative design; the items read "
+                            "were chosen for other tasks")
+        ids = np.asarray(s.doc_ids, dtype=np.int64)
+        outside = ids[(ids < 0) | (ids >= d.pi.size)]
+        if outside.size:
+            raise GateError(f"{run.provenance.source}: task {key.task} has document {int(outside[0])}, but the "
+                            f"design (from the baseline) has {d.pi.size} documents")
+        unread = ids[~d.read(at)[ids]]
+        if unread.size:
+            raise GateError(f"{run.provenance.source}: task {key.task} holds document {int(unread[0])}, which the "
+                            f"informative design does not read at scale {at:g} ({unread.size} such); "
+                            "the run read other items than the design's")
+        missing = np.setdiff1d(np.flatnonzero(d.read(at)), ids)
+        if missing.size:  # an item drawn but not read would count as unchanged: the estimate biased
+            raise GateError(f"{run.provenance.source}: task {key.task} lacks document {int(missing[0])}, which the "
+                            f"informative design reads at scale {at:g} ({missing.size} such)")
+        series[key] = replace(s, sample=Sample(d.weights(ids, at), int(d.pi.size)))
+    return replace(run, series=series)

@@ -61,7 +61,8 @@ def docs_of(run: RunResults) -> dict[str, np.ndarray]:
 
 def _take(s: MetricSeries, keep: np.ndarray) -> MetricSeries:
     return replace(s, doc_ids=s.doc_ids[keep], values=s.values[keep], hashes=s.hashes[keep], reported=None,
-                   clusters=None if s.clusters is None else s.clusters[keep])
+                   clusters=None if s.clusters is None else s.clusters[keep],
+                   sample=None if s.sample is None else replace(s.sample, weights=s.sample.weights[keep]))
 
 
 def _concat(parts: list[MetricSeries]) -> MetricSeries:
@@ -73,7 +74,8 @@ def _concat(parts: list[MetricSeries]) -> MetricSeries:
     clusters = None if s.clusters is None else np.concatenate([p.clusters for p in parts])[order]
     if np.unique(ids).size != ids.size:
         raise GateError(f"{s.key}: a document was evaluated at two looks; the looks do not fit together")
-    return replace(s, doc_ids=ids[order], values=values, hashes=hashes, reported=None, clusters=clusters)
+    # an informative design's weights are given to the joined items (``informative.weigh``), not kept per look
+    return replace(s, doc_ids=ids[order], values=values, hashes=hashes, reported=None, clusters=clusters, sample=None)
 
 
 def _with_counts(run: RunResults, counts: dict[str, int]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -45,6 +46,9 @@ class PairedTest:
     identical: bool = False
     counts: tuple[int, int, int, int] | None = None
     draws: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # The weighted flips' test of an informative read (``stats/weighted.py``): the share of the
+    # task's items estimated to have flipped (its MDE's flip rate); ``n`` is then the whole task's.
+    flip_share: float | None = None
 
     def confidence_interval(self) -> tuple[float, float]:
         return (self.ci_low, self.ci_high)
@@ -66,6 +70,9 @@ class PairedTest:
             return (0.0, 0.0)
         if self.counts is not None:
             return newcombe_interval(*self.counts, confidence)
+        if self.flip_share is not None:  # Wald's, on the weighted estimate (as ``ci_low`` / ``ci_high``)
+            z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+            return (self.delta - z * self.se, self.delta + z * self.se)
         if self.draws is None:
             return (self.ci_low, self.ci_high)
         finite = self.draws[np.isfinite(self.draws)]

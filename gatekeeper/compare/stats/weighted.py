@@ -29,6 +29,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from gatekeeper.compare.stats.result import PairedTest
 from gatekeeper.results.informative import SCALES, Design
 
 
@@ -116,6 +117,29 @@ def weighted_flip_test(baseline: np.ndarray, candidate: np.ndarray, weights: np.
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     return WeightedFlips(delta, p_worse, p_better, delta - z * se, delta + z * se, se, int(base.size),
                          int(flipped.sum()), n)
+
+
+WEIGHTED_TEST = "weighted-mcnemar-exact"
+
+
+def weighted_paired_test(baseline: np.ndarray, candidate: np.ndarray, weights: np.ndarray, total: int,
+                         higher_is_better: bool, confidence: float) -> PairedTest:
+    """The weighted flips' test of right/wrong items an informative design read, as the gate's
+    ``PairedTest`` of the whole task: ``n`` is ``total`` (the items the read ones stand for), the
+    scores are Horvitz-Thompson's estimates of the whole task's, the interval Wald's on them
+    (``PairedTest.interval_at`` gives it at any level). The exact p-value, not mid-p: its size is
+    at most the level for any flips, so the suite's design may treat it as a continuous test."""
+    base = np.asarray(baseline, dtype=float)
+    weights = np.asarray(weights, dtype=float)
+    w = weighted_flip_test(base, candidate, weights, total, higher_is_better, confidence, exact=True)
+    flipped = np.asarray(candidate, dtype=float) != base
+    base_score = float(np.sum(weights * base)) / total
+    return PairedTest(test=WEIGHTED_TEST, n=int(total), n_clusters=None, baseline=base_score,
+                      candidate=base_score + w.delta, delta=w.delta, ci_low=w.ci_low, ci_high=w.ci_high,
+                      confidence=confidence, p_worse=w.p_worse, p_better=w.p_better, se=w.se, n_resamples=0,
+                      # under "no change" each flip's direction is a coin: the weighted sum's spread
+                      se_null=math.sqrt(float(np.sum(np.square(weights[flipped])))) / total,
+                      identical=w.flips == 0, flip_share=float(np.sum(weights[flipped])) / total)
 
 
 INFORMED = 0.95  # the share of the whole read's information a stage must hold to be decided at
