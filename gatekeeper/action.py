@@ -41,6 +41,7 @@ from gatekeeper.gate import (
     judge_looks,
     promote_run,
     run_gate,
+    run_informative_gate,
     run_sequential_gate,
 )
 from gatekeeper.publish import ci, comment, events
@@ -62,7 +63,7 @@ FAIL_ON = ("regression", "never")
 # Inputs a workflow_dispatch event may override (never the token: dispatch inputs are public).
 DISPATCHABLE = (
     "suite", "model", "baseline", "command", "comment", "fail-on", "candidate",
-    "promote-on-green", "out", "revision", "bootstrap", "mlflow-tracking-uri", "sequential",
+    "promote-on-green", "out", "revision", "bootstrap", "mlflow-tracking-uri", "sequential", "items",
 )
 DEFAULTS = {
     "suite": "gatekeeper.yaml",
@@ -81,6 +82,7 @@ DEFAULTS = {
     "bootstrap": "false",
     "mlflow-tracking-uri": "",  # "" = no MLflow logging; a URI (or a folder) logs one run per gate
     "sequential": "",  # "" = the suite's policy.sequential; "false"; "true" (4 looks); or a number of looks
+    "items": "",  # "" = the suite's policy.items; "uniform" (every item); "informative" (the likely flips first)
     "reason": "",  # command not-evaluated: why this commit has no verdict (a shard or wave job failed)
     "model-commit": "",  # read the model folder from this commit's git objects, not the working tree
     "model-roots": "",  # folders outside the workspace a pointer file may name (one per line, or commas)
@@ -480,7 +482,13 @@ def _evaluate(job: Job, inputs: Inputs, suite: Suite, base: BaseTree | None) -> 
         # Recording a first baseline is a maintainer's explicit choice, never a pull request's.
         bootstrap = inputs.flag("bootstrap") and job.event.pr_number is None and base is None
         looks = _sequential_looks(inputs["sequential"], suite)
-        if looks and not (bootstrap and not (base.baseline if base else baseline or suite.baseline_path).exists()):
+        recording = bootstrap and not (base.baseline if base else baseline or suite.baseline_path).exists()
+        if not recording and _items_input(inputs["items"], suite, looks) == "informative":
+            result = run_informative_gate(
+                suite.path, model, out_dir=out, baseline=base.baseline if base else baseline,
+                policy=base.policy if base else None, revision=inputs["revision"] or None, log=log,
+            )
+        elif looks and not recording:
             result = run_sequential_gate(
                 suite.path, model, out_dir=out, looks=looks, baseline=base.baseline if base else baseline,
                 policy=base.policy if base else None, revision=inputs["revision"] or None, log=log,
@@ -582,6 +590,20 @@ def _sequential_looks(value: str, suite: Suite) -> int | None:
     if value.isdigit() and 2 <= int(value) <= 10:
         return int(value)
     raise GateError(f"input sequential: {value!r}; expected true, false, or a number of looks from 2 to 10")
+
+
+def _items_input(value: str, suite: Suite, looks: int | None) -> str:
+    """The input ``items``: "" follows the suite's policy.items (uniform where the input
+    ``sequential`` asks for looks); "uniform" or "informative", which looks cannot go with."""
+    value = value.strip().lower()
+    if value == "":
+        return "uniform" if looks else suite.policy.items
+    if value not in ("uniform", "informative"):
+        raise GateError(f"input items: {value!r}; expected uniform or informative")
+    if value == "informative" and looks:
+        raise GateError("input items: informative reads its own stages and tests once; not with sequential looks "
+                        "(input sequential or the suite's policy.sequential)")
+    return value
 
 
 def _run_folder(job: Job) -> str:
@@ -1001,6 +1023,8 @@ def _not_promoted(ev: Evaluation) -> str:
         return f"the gate did not decide ({ev.verdict})"
     if (ev.report_json or {}).get("sequential"):
         return "a sequential gate evaluates a sample of the items, not a whole run"
+    if (ev.report_json or {}).get("informative"):
+        return "an informative gate reads the items in stages, a sample, not a whole run"
     if out.verdict == "fail":
         return "it regressed"
     if out.verdict == "drift":

@@ -371,10 +371,11 @@ def _gate_parser(sub: Any) -> None:
                         "known (O'Brien-Fleming alpha spending, beta-spending futility); a sample, never a baseline")
     p.add_argument("--looks", type=int, help="with --sequential: how many looks, 2 to 10 (default: the suite's "
                    "policy.sequential.looks, else 4)")
-    p.add_argument("--items", choices=("uniform", "informative"), default="uniform",
+    p.add_argument("--items", choices=("uniform", "informative"),
                    help="informative: read the items the baseline says are likely to flip first (its multiple-choice "
                         "margins), stage by stage, until the flips read hold most of the information, and test the "
-                        "whole suite's change once from them (default uniform: every item); a sample, never a baseline")
+                        "whole suite's change once from them; uniform: every item (default: the suite's "
+                        "policy.items, else uniform); a sample, never a baseline")
     p.add_argument("--no-history", action="store_true",
                    help="do not append this gate to the suite's history (<baseline>.trend.jsonl)")
     p.add_argument("--dry-run", action="store_true",
@@ -448,7 +449,7 @@ def _gate_model(args: argparse.Namespace) -> int:
                             "--record-missing do not apply")
         with _measurement(args, need_baseline=True) as (suite, base_baseline):
             looks = _informative_looks(args, suite)
-            if args.items == "informative":
+            if _items(args, suite) == "informative":
                 from gatekeeper.gate import run_informative_gate
 
                 result = run_informative_gate(suite.path, args.model, out_dir=out, baseline=base_baseline or args.baseline,
@@ -498,10 +499,18 @@ def _looks(args: argparse.Namespace, suite: Any) -> int:
     return (args.looks or suite.policy.sequential_looks or 4) if sequential else 0
 
 
+def _items(args: argparse.Namespace, suite: Any) -> str:
+    """``--items``, else the suite's policy.items; recording a first baseline, or an explicit
+    ``--sequential``, reads uniformly."""
+    if args.items:
+        return args.items
+    return "uniform" if args.record_missing or args.sequential else suite.policy.items
+
+
 def _informative_looks(args: argparse.Namespace, suite: Any) -> int:
     """``_looks``, refusing looks with ``--items informative`` (its own stages, one test)."""
     looks = _looks(args, suite)
-    if looks and args.items == "informative":
+    if looks and _items(args, suite) == "informative":
         raise GateError("gate --items informative: not with a sequential gate's looks (--sequential or the "
                         "suite's policy.sequential); it reads its own stages and tests once")
     return looks
@@ -525,7 +534,7 @@ def _dry_run(args: argparse.Namespace) -> int:
     with _measurement(args, need_baseline=True) as (suite, base_baseline):
         _out(dry_run_gate(suite.path, args.model, baseline=base_baseline or args.baseline, revision=args.revision,
                           device=args.device, log=_out, record_missing=args.record_missing,
-                          looks=_informative_looks(args, suite), items=args.items))
+                          looks=_informative_looks(args, suite), items=_items(args, suite)))
     return EXIT_OK
 
 

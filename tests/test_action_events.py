@@ -624,6 +624,25 @@ def test_real_sequential_gate_on_a_pull_request_stops_early(tmp_path, gh):
     assert bad["code"] == 2 and "input sequential: 'sometimes'" in bad["out"]
 
 
+@pytest.mark.lmeval
+@needs_demo
+def test_input_items_informative_reads_the_base_commits_baseline_or_says_what_it_lacks(tmp_path, gh):
+    """input items: informative gates the PR from the base commit's baseline; the demo's committed
+    baseline predates the choice margins, so the gate says so (exit 2, before any model loads), and
+    an input that names neither order, or goes with looks, is refused."""
+    ws, base = _demo_repo(tmp_path)
+    payload = json.loads(json.dumps(pr_event()).replace(BASE, base))
+    res = act_subprocess(ws, gh, "pull_request", payload, command="gate", model="examples/checkpoints/regressed",
+                         out="out-inf", items="informative")
+    assert res["code"] == 2 and res["outputs"]["verdict"] == "error", res["out"][-3000:] + res["err"][-2000:]
+    assert "no task can be read informatively" in res["out"] and "promote a run of it" in res["out"]
+    for extra, said in (({"items": "some"}, "input items: 'some'; expected uniform or informative"),
+                        ({"items": "informative", "sequential": "true"}, "not with sequential looks")):
+        bad = act_subprocess(ws, gh, "pull_request", payload, command="gate", model="examples/checkpoints/regressed",
+                             out="out-inf2", **extra)
+        assert bad["code"] == 2 and said in bad["out"], bad["out"][-2000:]
+
+
 def _demo_repo(root: Path, *, with_baseline: bool = True) -> tuple[Path, str]:
     """A workspace repository holding examples/ (checkpoints untracked); returns it and its base commit."""
     ws = root / "ws"

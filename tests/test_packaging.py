@@ -29,7 +29,7 @@ OWN_WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 EXPECTED_INPUTS = {
     "command", "suite", "model", "revision", "baseline", "candidate", "out", "github-token",
     "comment", "fail-on", "allow-forks", "promote-on-green", "pr-number", "bootstrap", "mlflow-tracking-uri",
-    "sequential", "reason", "model-commit", "model-roots", "advisory", "fork-workflow",
+    "sequential", "items", "reason", "model-commit", "model-roots", "advisory", "fork-workflow",
 }
 EXPECTED_OUTPUTS = {"verdict", "regressions", "report-json", "comment-url", "sequential-next", "sequential-done"}
 ENTRYPOINT = ["python", "-m", "gatekeeper.action"]

@@ -30,6 +30,7 @@ CORRECTIONS = ("holm", "bonferroni", "bh", "none")
 # when the drop is shown to exceed the margin (H0: drop <= margin); non-inferiority (the
 # textbook test): pass only when the drop is shown to be within the margin (H0: drop >= margin).
 TESTS = ("superiority", "inferiority", "non-inferiority")
+ITEMS = ("uniform", "informative")
 # The spelling gatekeeper used for "inferiority" until it was renamed for what it does.
 DEPRECATED_TESTS = {"noninferiority": "inferiority"}
 # Per-item differences up to this share of the values' magnitude are floating-point noise:
@@ -92,6 +93,9 @@ class Policy:
     test: str = "superiority"
     # policy.sequential.looks: gate in that many looks and stop early (compare/sequential.py); None: off.
     sequential_looks: int | None = None
+    # policy.items: "informative" reads the items the baseline says are likely to flip first, stage
+    # by stage (gate --items informative, issue #57); "uniform" (default) every item.
+    items: str = "uniform"
     # Groups whose subtasks are informational (suite ``subtasks: info``): the group's own row decides.
     info_subtasks: frozenset[str] = frozenset()
     # Set by a sequential gate at its interim looks (not a suite key): the exact conditional McNemar
@@ -184,12 +188,21 @@ class Policy:
                             f"groups' rows start with; default 0.5, 0: one flat family), got {self.group_share}")
         if self.test not in TESTS:
             raise GateError(f"{where}: test must be one of {', '.join(TESTS)}, got {self.test!r}")
+        if self.items not in ITEMS:
+            raise GateError(f"{where}: items must be one of {', '.join(ITEMS)}, got {self.items!r}")
+        if self.items == "informative" and self.sequential_looks:
+            raise GateError(f"{where}: items informative and sequential: choose one (the informative read has its "
+                            "own stages and tests once)")
+        if self.items == "informative" and self.test != "superiority":
+            raise GateError(f"{where}: items informative is tested for a drop (test: superiority); {self.test} reads "
+                            "every item")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "policy") -> Policy:
         if not isinstance(data, dict):
             raise GateError(f"{where}: expected a mapping")
-        known = {"alpha", "correction", "group_share", "margin", "resamples", "rules", "rounding", "test", "sequential"}
+        known = {"alpha", "correction", "group_share", "margin", "resamples", "rules", "rounding", "test", "sequential",
+                 "items"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise GateError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -222,6 +235,7 @@ class Policy:
                 test=str(data.get("test", "superiority")),
                 margin_where=f"{where}: margin",
                 sequential_looks=_looks(data.get("sequential"), where),
+                items=str(data.get("items", "uniform")),
             )
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: resamples: .inf
             raise GateError(f"{where}: {exc}") from None

@@ -64,6 +64,7 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "rounding": DEFAULT_ROUNDING,
     "test": "superiority",
     "sequential": None,
+    "items": "uniform",
     "rules": [],
 }
 TASK_DEFAULTS: dict[str, Any] = {
@@ -522,7 +523,7 @@ def _policy(doc: dict, path: Path, root: yaml.Node | None = None) -> Policy:
                     margin=float(p["margin"]),
                     resamples=int(p["resamples"]), rules=rules, rounding=float(p["rounding"]),
                     test=p["test"], margin_where=where("policy", "margin"),
-                    sequential_looks=(p["sequential"] or {}).get("looks"),
+                    sequential_looks=(p["sequential"] or {}).get("looks"), items=p["items"],
                     info_subtasks=frozenset(t["name"] for t in doc["tasks"] if t.get("subtasks") == "info"))
     policy.validate(f"{path}: policy")
     key = node_at(root, ("policy", "group_share"))[0]
