@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -99,3 +100,43 @@ def test_the_dry_run_says_what_the_stages_read(demo_gate: Callable) -> None:
     assert "read whole: " in proc.stdout
     shares = [int(x.rstrip("%,")) for x in line.split("about ")[1].split(" of the")[0].split()]
     assert len(shares) == len(informative.SCALES) and shares == sorted(shares) and shares[-1] == 100, line
+
+
+def _suite_with_policy(tmp_path: Path, lines: str) -> Path:
+    demo = tmp_path / "demo"
+    shutil.copytree(ROOT / "examples", demo, ignore=shutil.ignore_patterns("checkpoints", "__pycache__"))
+    suite = demo / "gatekeeper.yaml"
+    text = suite.read_text()
+    assert "  test: superiority" in text
+    suite.write_text(text.replace("  test: superiority", lines, 1))  # the lines hold the policy's test
+    return suite
+
+
+def test_the_suites_policy_items_turns_it_on_and_refuses_what_cannot_go_with_it(demo_gate: Callable,
+                                                                                 tmp_path: Path) -> None:
+    suite = _suite_with_policy(tmp_path / "on", "  test: superiority\n  items: informative")
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(suite), "--model",
+                           str(ROOT / checkpoint_arg("harmless")), "--baseline", str(demo_gate("base").baseline),
+                           "--dry-run"], cwd=tmp_path, env={**os.environ, **OFFLINE_ENV}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and "informative: the stages read about" in proc.stdout, proc.stderr[-2000:]
+    from gatekeeper.cli import _items, build_parser
+
+    args = build_parser().parse_args(["gate", "--suite", str(suite), "--model", "m"])
+    assert _items(args, load_suite(suite)) == "informative"
+    for flags in (["--sequential"], ["--record-missing"]):  # an explicit whole or sequential read wins
+        assert _items(build_parser().parse_args(["gate", "--suite", str(suite), "--model", "m", *flags]),
+                      load_suite(suite)) == "uniform", flags
+    for lines, said in (("  test: superiority\n  items: informative\n  sequential: {looks: 4}",
+                         "items informative and sequential: choose one"),
+                        ("  test: inferiority\n  items: informative", "test: superiority); inferiority reads"),
+                        ("  test: superiority\n  items: sometimes", "policy.items")):
+        bad = _suite_with_policy(tmp_path / str(len(said)), lines)
+        proc = _gate_suite(bad)
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, (lines, proc.stderr)
+
+
+def _gate_suite(suite: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "gate", "--suite", str(suite), "--model",
+                           str(ROOT / checkpoint_arg("harmless")), "--dry-run"], cwd=suite.parent,
+                          env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=600)
