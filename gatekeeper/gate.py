@@ -867,7 +867,8 @@ def _plan(suite: Suite, stored: RunResults, base_path: Path, policy: Policy, *, 
     with trusted_code(suite.include_path, tuple(suite.task_names)):
         other, name = _second_run(base_path, stored, suite, against)
     return plans.plan(stored, policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
-                      looks=looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS, simulate=simulate)
+                      looks=looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS, simulate=simulate,
+                      design_seed=int(suite.seeds.get("random", 0) or 0))
 
 
 def _second_run(base_path: Path, stored: RunResults, suite: Suite,

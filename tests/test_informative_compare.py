@@ -7,6 +7,7 @@ measures the test itself with more simulations."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -163,3 +164,21 @@ def test_rules_still_apply_to_a_read_row() -> None:
     b, c = _read(*_runs(base, cand), {"t": _design(3)}, 1.0)
     outcome = compare_runs(b, c, Policy(alpha=ALPHA, rules=[Rule(metric="acc", gate=False)]))
     assert not outcome.comparisons[0].gated and outcome.verdict == "pass"
+
+
+def test_plan_expects_the_share_an_informative_gate_reads() -> None:
+    """``plan`` prints what ``gate --items informative`` is expected to read on a harmless change:
+    on 1,000 items at 5% flips along the curve, the share the gate's simulation above reads (66%),
+    and every item on a baseline without margins."""
+    from gatekeeper.compare.plan import plan
+
+    rng = np.random.default_rng(5748)
+    base = (rng.random(N) < 0.7).astype(float)
+    baseline = run(series("t", "acc", base), name="base")
+    with_margins = replace(baseline, choice_margins={"t": (np.arange(N), np.arange(N, dtype=float))})
+    p = plan(with_margins, Policy(alpha=ALPHA, margin=0.01), suite="s", flip_rate=FLIPS, looks=4, design_seed=7)
+    _, _, read = _simulate("curve", 0.0, 100, seed=5749)
+    print(f"plan {p.informative_share:.3f}, the gate's simulation {read:.3f}")
+    assert abs(p.informative_share - read) < 0.03 and p.informative_whole == {}, (p.informative_share, read)
+    bare = plan(baseline, Policy(alpha=ALPHA, margin=0.01), suite="s", flip_rate=FLIPS, looks=4)
+    assert math.isnan(bare.informative_share) and bare.informative_whole == {"t": "the baseline has no choice margins for it"}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.special import ndtri
@@ -34,9 +34,10 @@ from gatekeeper.compare import family, sequential
 from gatekeeper.compare.compare import compare_runs
 from gatekeeper.compare.outcome import REGRESSED, Comparison, Outcome
 from gatekeeper.compare.stats.mcnemar import mde as mcnemar_mde
+from gatekeeper.compare.stats.weighted import until_informed
 from gatekeeper.compare.verdict import mde as rule_mde
 from gatekeeper.model import MetricSeries, RunResults, SeriesKey
-from gatekeeper.results import groups
+from gatekeeper.results import groups, informative
 from gatekeeper.suite.policy import Policy
 
 ASSUMED_FLIP_RATE = 0.05
@@ -77,16 +78,22 @@ class Plan:
     sequential_share: float  # item-weighted over the suite's tasks (a task stops with its last metric)
     # Why ``against`` does not look like a harmless pair (it regressed against the baseline), "" if it does.
     against_problem: str = ""
+    # ``gate --items informative`` on a harmless change: the expected share of the suite's items read
+    # when flips follow the assumed propensity curve (NaN: the baseline kept no margins), and the
+    # tasks read whole (why).
+    informative_share: float = math.nan
+    informative_whole: dict[str, str] = field(default_factory=dict)
 
 
 def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResults | None = None,
          against_name: str | None = None, flip_rate: float | None = None,
-         looks: int = sequential.DEFAULT_LOOKS, seed: int = 0, simulate: bool = True) -> Plan:
+         looks: int = sequential.DEFAULT_LOOKS, seed: int = 0, simulate: bool = True, design_seed: int = 0) -> Plan:
     """The plan of ``baseline``'s gated metrics under ``policy`` (see the module docstring).
     ``flip_rate`` overrides the measured or assumed flip share of right/wrong items. Every group
     with an aggregate is a row too, over all its subtasks' items (``results/groups.py``).
     ``simulate=False``: no sequential figures and no items needed (NaN), only the resolution (what
-    a gate and the dry run print; the looks' boundaries cost about 0.2 s per distinct level)."""
+    a gate and the dry run print; the looks' boundaries cost about 0.2 s per distinct level).
+    ``design_seed``: the suite's random seed, which draws an informative gate's items."""
     metrics, _ = groups.group_metrics(baseline)
     group_keys = {gm.key for gm in metrics}
 
@@ -115,8 +122,41 @@ def plan(baseline: RunResults, policy: Policy, *, suite: str, against: RunResult
     rows = [replace(_row(pooled, k, lookup(k)[0], level, paired.get(k), flip_rate, looks if simulate else 0, rng,
                          _leaf_sizes(baseline, leaves.get(k), k)), group=k in group_keys)
             for k, level in zip(gated, levels, strict=True)]
+    share, whole = _informative_share(baseline, rows, design_seed, seed) if simulate else (math.nan, {})
     return Plan(suite, rows, looks, policy.alpha, against_name if against is not None else None,
-                _suite_share(rows), problem)
+                _suite_share(rows), problem, share, whole)
+
+
+INFORMATIVE_SIMS = 200
+
+
+def _informative_share(baseline: RunResults, rows: list[PlanRow], design_seed: int, seed: int
+                       ) -> tuple[float, dict[str, str]]:
+    """The expected share of the suite's items ``gate --items informative`` reads on a harmless
+    change (``weighted.until_informed`` on each task's design, its flips drawn along the assumed
+    propensity curve at the row's flip share), and the tasks it reads whole. NaN where no task can
+    be read informatively."""
+    designs, whole = informative.designs_for(baseline, design_seed)
+    if len(whole) == len(designs):
+        return math.nan, whole
+    rates: dict[str, float] = {}
+    for r in rows:
+        if r.flip_rate is not None and not r.group:
+            rates[r.key.task] = max(rates.get(r.key.task, 0.0), r.flip_rate)
+    rng = np.random.default_rng([seed, 57])
+    read = 0.0
+    for task, d in designs.items():
+        n = d.pi.size
+        ranks = informative.margin_ranks(baseline, task, n)
+        if task in whole or ranks is None:
+            read += n
+            continue
+        q = np.exp(-ranks / informative.PROPENSITY_DECAY)
+        q = np.minimum(1.0, q * rates.get(task, ASSUMED_FLIP_RATE) / q.mean())
+        flips = rng.random((INFORMATIVE_SIMS, n)) < q
+        stages = [until_informed(f, d) for f in flips]
+        read += float(np.mean([d.read(informative.SCALES[k]).sum() for k in stages]))
+    return read / sum(d.pi.size for d in designs.values()), whole
 
 
 def _expected_min_p(s: MetricSeries, paired: Comparison | None, flip_rate: float | None) -> float:

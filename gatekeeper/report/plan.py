@@ -40,6 +40,15 @@ def _summary(p: Plan) -> list[str]:
     if math.isfinite(p.sequential_share):
         lines.append(f"a sequential gate ({p.looks} looks) is expected to evaluate {p.sequential_share:.0%} of the "
                      "items on a harmless change (the fixed gate: all of them)")
+    if math.isfinite(p.informative_share):
+        lines.append(f"an informative gate (--items informative) is expected to read {p.informative_share:.0%} if the "
+                     "flips follow the baseline's margins as a small change's do, every item if they are spread "
+                     "evenly" + (f"; read whole: {', '.join(sorted(p.informative_whole))}" if p.informative_whole
+                                 else ""))
+    elif p.informative_whole:
+        task, why = sorted(p.informative_whole.items())[0]
+        lines.append(f"an informative gate (--items informative) cannot read this baseline's items in part ({task}: "
+                     f"{why}{', ...' if len(p.informative_whole) > 1 else ''})")
     if p.against_problem:
         lines.append(f"warning: {p.against}: {p.against_problem}")
     powers = [r.sequential_power for r in p.rows if math.isfinite(r.sequential_power)]
@@ -80,6 +89,8 @@ def to_json(p: Plan) -> dict[str, Any]:
         "suite": p.suite, "alpha": p.alpha, "looks": p.looks, "against": p.against,
         "against_problem": p.against_problem or None,
         "sequential_share": _finite(p.sequential_share),
+        "informative_share": _finite(p.informative_share),
+        "informative_whole": dict(sorted(p.informative_whole.items())),
         "metrics": [{"task": r.key.task, "kind": "group" if r.group else "task", "filter": r.key.filter,
                      "metric": r.key.metric, "n": r.n,
                      "margin": r.margin, "level": r.level, "test": r.test, "flip_rate": r.flip_rate,

@@ -38,6 +38,11 @@ from gatekeeper.results import groups
 SHARES = (1.0, 0.5, 0.25, 0.125)
 # The stages read one after another (Design.read's scale): 47%, 69%, 88% and every item.
 SCALES = (1.0, 2.0, 4.0, 8.0)
+# What ``plan`` assumes of a harmless change's flips: item i flips with a chance proportional to
+# exp(-rank_i / PROPENSITY_DECAY), rank_i its |margin| rank in [0, 1) smallest first: 81% of the
+# flips in the smallest-margin fifth (the demo's small defects put all of theirs there:
+# benchmarks/flip_propensity.py; benchmarks/informative_items.py simulates the same curve).
+PROPENSITY_DECAY = 0.12
 
 
 def choice_margin(loglikelihoods: Sequence[float], gold: int) -> float:
@@ -241,3 +246,18 @@ def weigh(run: RunResults, designs: Mapping[str, Design], scale: float | Mapping
                             f"informative design reads at scale {at:g} ({missing.size} such)")
         series[key] = replace(s, sample=Sample(d.weights(ids, at), int(d.pi.size)))
     return replace(run, series=series)
+
+
+def margin_ranks(baseline: RunResults, task: str, n: int) -> np.ndarray | None:
+    """Each document's |margin| rank in [0, 1), smallest first (NaN margins last), or None when the
+    baseline kept no margins for the task."""
+    kept = baseline.choice_margins.get(task)
+    if kept is None:
+        return None
+    dense = np.full(n, np.inf)
+    ids, margins = kept
+    inside = (ids >= 0) & (ids < n)
+    dense[ids[inside]] = np.abs(np.where(np.isnan(margins[inside]), np.inf, margins[inside]))
+    ranks = np.empty(n)
+    ranks[np.argsort(dense, kind="stable")] = np.arange(n) / max(1, n)
+    return ranks
