@@ -708,6 +708,8 @@ def _plan_parser(sub: Any) -> None:
                    "this local checkpoint, gate each against a run of MODEL, print what the suite catches")
     p.add_argument("--out", help="with --mutants: keep the reference run, gates (and with --keep the variants) here")
     p.add_argument("--fixed", action="store_true", help="with --mutants: evaluate every item (default: sequential)")
+    p.add_argument("--items", choices=("informative",), help="with --mutants: grade gate --items informative (its "
+                   "stages cut from each variant's run of every item) instead of the sequential gate")
     p.add_argument("--keep", action="store_true", help="with --mutants: keep each variant's checkpoint")
     p.add_argument("--device", help="with --mutants: auto | cpu | cuda | cuda:N")
     p.add_argument("--format", choices=["terminal", "markdown", "json"], default="terminal")
@@ -720,8 +722,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.mutants:
         return _plan_mutants(args)
-    if args.out or args.fixed or args.keep:
-        raise GateError("plan: --out, --fixed and --keep go with --mutants MODEL")
+    if args.out or args.fixed or args.keep or args.items:
+        raise GateError("plan: --out, --fixed, --items and --keep go with --mutants MODEL (the plan of a baseline "
+                        "prints the informative gate's expected share already)")
     result = gate.plan_suite(args.suite, baseline=args.baseline, against=args.against, flip_rate=args.flip_rate,
                              looks=args.looks)
     return _show(args.format, result, show.to_json, show.to_markdown, show.to_terminal)
@@ -750,10 +753,13 @@ def _plan_mutants(args: argparse.Namespace) -> int:
                         "run of MODEL)")
     if args.fixed and args.looks:
         raise GateError("plan --mutants --fixed: --looks does not apply (the fixed gate evaluates every item at once)")
+    if args.items and (args.fixed or args.looks):
+        raise GateError("plan --mutants --items informative: --fixed and --looks do not apply (it grades the "
+                        "informative gate's own stages)")
     with contextlib.ExitStack() as stack:
         out = args.out or stack.enter_context(tempfile.TemporaryDirectory(prefix="gatekeeper-mutants-"))
-        result = gate.plan_mutants(args.suite, args.mutants, out_dir=out, sequential_gate=not args.fixed,
-                                   looks=args.looks, device=args.device, keep=args.keep,
+        result = gate.plan_mutants(args.suite, args.mutants, out_dir=out, sequential_gate=not args.fixed and not args.items,
+                                   looks=args.looks, device=args.device, keep=args.keep, items=args.items or "uniform",
                                    log=_err if args.format == "json" else _out)  # JSON alone on stdout
     return _show(args.format, result, show.mutants_json, show.mutants_markdown, show.mutants_terminal)
 

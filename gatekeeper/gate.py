@@ -499,20 +499,20 @@ def run_informative_gate(
     policy = policy or suite.policy
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
     designs, whole = _informative_designs(suite, stored, baseline_path, policy)
-    decided, runs, news = _informative_stages(suite, model, Path(out_dir), stored, designs, log, runner_args={
-        "revision": revision, "device": device, "batch_size": batch_size, "lock": dataset_lock(stored),
-        "preflight": preflight, "items_check": items_checker(stored)})
-    candidate = subset.join(runs, news)
-    docs = subset.docs_of(candidate)
-    outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
-                                policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None,
-                                plan=_plan(suite, stored, baseline_path, policy))
-    info = _informative_report(designs, whole, decided, docs)
-    log(info["summary"])
-    outcome.notes.append(info["summary"])
-    report_json = report.to_json(outcome)
-    report_json["informative"] = info
-    return GateResult(outcome.exit_code, outcome, None, Path(out_dir), report_json)
+    seed = int(suite.seeds.get("random", 0) or 0)
+    lock, check = dataset_lock(stored), items_checker(stored)
+
+    def evaluate(k: int, new: dict[str, list[int]]) -> list[LookRun]:
+        first = {"preflight": preflight, "items_check": check} if k == 1 else {}
+        return _load_looks(suite, [runner.run_suite(
+            suite, model, Path(out_dir) / f"stage-{k}", log=log, look=Look(k, len(informative.SCALES), seed, docs=new),
+            reuse_model=True, revision=revision, device=device, batch_size=batch_size, lock=lock, **first)])
+
+    try:
+        result = _informative_stages(suite, stored, anchor, baseline_path, policy, designs, whole, evaluate, log)
+    finally:
+        runner.release_models()
+    return dataclasses.replace(result, run_dir=Path(out_dir))
 
 
 def _informative_designs(suite: Suite, stored: RunResults | None, baseline_path: Path, policy: Policy
@@ -547,43 +547,63 @@ def _informative_preview(designs: dict[str, informative.Design], whole: dict[str
     return lines
 
 
-def _informative_stages(suite: Suite, model: str, out_dir: Path, stored: RunResults,
-                        designs: dict[str, informative.Design], log: Callable[[str], Any], *,
-                        runner_args: dict[str, Any]) -> tuple[dict[str, float], list[RunResults], list[dict[str, list[int]]]]:
-    """The stages, evaluated one after another until every task is decided: ({task: the scale
-    it stopped at}, each stage's run, the documents each added)."""
-    seed = int(suite.seeds.get("random", 0) or 0)
+def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | None, baseline_path: Path,
+                        policy: Policy, designs: dict[str, informative.Design], whole: dict[str, str],
+                        evaluate: Callable[[int, dict[str, list[int]]], list[LookRun]],
+                        log: Callable[[str], Any]) -> GateResult:
+    """The stages, one after another until every task is decided (``evaluate(k, new)``: stage k's
+    parts, evaluated now or cut from a whole run), then the one comparison and the report."""
     scales = informative.SCALES
     read = {task: np.zeros(d.pi.size, dtype=bool) for task, d in designs.items()}
     decided: dict[str, float] = {}
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
-    try:
-        for k, scale in enumerate(scales, 1):
-            new = {}
-            for task, d in sorted(designs.items()):
-                now = d.read(scale) if task not in decided else read[task]
-                new[task] = np.flatnonzero(now & ~read[task]).tolist()
-                read[task] |= now
-            log(f"informative: stage {k} of {len(scales)}: {sum(map(len, new.values())):,} items "
-                f"({len(designs) - len(decided)} tasks still reading)")
-            first = {key: runner_args[key] for key in ("preflight", "items_check")} if k == 1 else {}
-            folder = runner.run_suite(suite, model, out_dir / f"stage-{k}", log=log, look=Look(k, len(scales), seed, docs=new),
-                                      reuse_model=True, revision=runner_args["revision"], device=runner_args["device"],
-                                      batch_size=runner_args["batch_size"], lock=runner_args["lock"], **first)
-            for run, got in _load_looks(suite, [folder]):
-                runs.append(run)
-                news.append(got)
-            candidate = subset.join(runs, news)
-            for task, d in designs.items():
-                if task not in decided and (k == len(scales) or read[task].all()
-                                            or until_informed(_flipped(stored, candidate, task, d.pi.size), d) < k):
-                    decided[task] = scale
-            if len(decided) == len(designs):
-                break
-    finally:
-        runner.release_models()
-    return decided, runs, news
+    for k, scale in enumerate(scales, 1):
+        new = {}
+        for task, d in sorted(designs.items()):
+            now = d.read(scale) if task not in decided else read[task]
+            new[task] = np.flatnonzero(now & ~read[task]).tolist()
+            read[task] |= now
+        log(f"informative: stage {k} of {len(scales)}: {sum(map(len, new.values())):,} items "
+            f"({len(designs) - len(decided)} tasks still reading)")
+        for run, got in evaluate(k, new):
+            runs.append(run)
+            news.append(got)
+        candidate = subset.join(runs, news)
+        for task, d in designs.items():
+            if task not in decided and (k == len(scales) or read[task].all()
+                                        or until_informed(_flipped(stored, candidate, task, d.pi.size), d) < k):
+                decided[task] = scale
+        if len(decided) == len(designs):
+            break
+    docs = subset.docs_of(candidate)
+    outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
+                                policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None,
+                                plan=_plan(suite, stored, baseline_path, policy))
+    info = _informative_report(designs, whole, decided, docs)
+    log(info["summary"])
+    outcome.notes.append(info["summary"])
+    report_json = report.to_json(outcome)
+    report_json["informative"] = info
+    return GateResult(outcome.exit_code, outcome, None, None, report_json)
+
+
+def _replayed_informative_gate(suite: Suite, full: GateResult, reference: Path,
+                               log: Callable[[str], Any]) -> GateResult:
+    """What ``gate --items informative`` against ``reference`` decides, its stages cut from
+    ``full``'s run of every item (``plan --mutants --items informative``)."""
+    if full.run_dir is None:
+        raise GateError("plan --mutants: the run of every item was not kept")
+    with trusted_code(suite.include_path, tuple(suite.task_names)):
+        stored = store.load_baseline(reference)
+        run = load_run(full.run_dir, cluster_keys=suite.cluster_keys())
+    designs, whole = _informative_designs(suite, stored, reference, suite.policy)
+
+    def evaluate(k: int, new: dict[str, list[int]]) -> list[LookRun]:
+        manifest = {**(run.provenance.manifest or {}), "look": {"index": k, "docs": new}}
+        return [(dataclasses.replace(run, provenance=dataclasses.replace(run.provenance, manifest=manifest)), new)]
+
+    return _informative_stages(suite, stored, None, reference, suite.policy, designs, whole, evaluate, log)
 
 
 def _flipped(stored: RunResults, candidate: RunResults, task: str, n: int) -> np.ndarray:
@@ -893,10 +913,11 @@ def _second_run(base_path: Path, stored: RunResults, suite: Suite,
 
 def plan_mutants(suite_path: str | Path, model: str | Path, *, out_dir: str | Path, sequential_gate: bool = True,
                  looks: int | None = None, device: str | None = None, keep: bool = False,
-                 log: Callable[[str], Any] = print) -> plans.MutantsPlan:
+                 log: Callable[[str], Any] = print, items: str = "uniform") -> plans.MutantsPlan:
     """``plan --mutants MODEL``: evaluate ``model`` as the reference (recorded as a baseline under
     ``out_dir``), then gate each of its standard defects and harmless variants (``run/mutants.py``)
-    against it, one at a time (a variant's checkpoint is deleted once gated unless ``keep``)."""
+    against it, one at a time (a variant's checkpoint is deleted once gated unless ``keep``).
+    ``items="informative"`` grades ``gate --items informative`` instead of the sequential gate."""
     suite = load_suite(suite_path)
     model_dir = mutants.check_model(Path(model))
     looks = looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS
@@ -916,14 +937,14 @@ def plan_mutants(suite_path: str | Path, model: str | Path, *, out_dir: str | Pa
             m = variant
         log(f"mutants: {m.name} ({m.what})")
         rows.append(_gate_mutant(suite, m, str(m.path or model_dir), reference, out / "gates" / m.name,
-                                 sequential_gate, looks, device, log))
+                                 sequential_gate, looks, device, log, items))
         if m.path is not None and not keep:
             shutil.rmtree(m.path, ignore_errors=True)
-    return plans.MutantsPlan(suite.name, portable_path(str(model)), sequential_gate, rows)
+    return plans.MutantsPlan(suite.name, portable_path(str(model)), sequential_gate, rows, items=items)
 
 
 def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, sequential_gate: bool, looks: int,
-                 device: str | None, log: Callable[[str], Any]) -> plans.MutantRow:
+                 device: str | None, log: Callable[[str], Any], items_mode: str = "uniform") -> plans.MutantRow:
     def quiet(_line: str) -> None:  # the table says what each gate decided
         return None
 
@@ -931,17 +952,21 @@ def _gate_mutant(suite: Suite, m: Any, model: str, reference: Path, out: Path, s
         # The label comes from every item, evaluated once, whatever mode is graded: a sequential
         # gate's own items would let a gate that stops early call a real defect harmless. The
         # sequential gate's looks are cut from that run, not evaluated again (half the model time).
-        full = run_gate(suite.path, model, out_dir=out / "every-item" if sequential_gate else out, baseline=reference,
+        sampled = sequential_gate or items_mode == "informative"
+        full = run_gate(suite.path, model, out_dir=out / "every-item" if sampled else out, baseline=reference,
                         device=device, log=quiet, batch_size=m.batch_size)
-        res = full if not sequential_gate else _replayed_sequential_gate(suite, full, reference, looks, quiet)
+        res = (_replayed_informative_gate(suite, full, reference, quiet) if items_mode == "informative" else
+               _replayed_sequential_gate(suite, full, reference, looks, quiet) if sequential_gate else full)
     except GateError as exc:
         log(f"mutants: {m.name} could not be gated: {exc}")
         return plans.MutantRow(m.name, m.defect, m.what, "error", 2, None, None, "", str(exc))
     info = res.report_json.get("sequential") or {}
+    if "informative" in res.report_json:
+        info = {"evaluated": res.report_json["informative"]["read"], "total": res.report_json["informative"]["total"]}
     gated = [c for c in full.outcome.comparisons if c.gated] if full.outcome else []
     worst = max(gated, key=lambda c: c.drop / (abs(c.test.baseline) or 1.0), default=None)
     text = f"{worst.key.task} {worst.key.metric} {worst.test.delta:+.4f}" if worst is not None else ""
-    items = info["evaluated"] / info["total"] if info.get("total") else (1.0 if not sequential_gate else None)
+    items = info["evaluated"] / info["total"] if info.get("total") else (1.0 if not sampled else None)
     beyond, borderline = plans.mutant_label(gated)
     return plans.MutantRow(m.name, m.defect, m.what, res.report_json.get("verdict", ""), res.exit_code, items,
                            info.get("stopped_at"), text, beyond_margin=beyond, borderline=borderline,

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from gatekeeper.baseline import store
+from gatekeeper.gate import GateResult, _replayed_informative_gate
 from gatekeeper.results import informative
 from gatekeeper.results.reader import load_run
 from gatekeeper.suite.suite import load_suite
@@ -87,6 +88,13 @@ def test_each_task_reads_until_its_flips_say_enough_and_the_verdict_is_the_fixed
                 set(np.flatnonzero(designs[task].read(scale)).tolist()) - seen[task]
             assert set(docs[task]) == want, (task, k)
             seen[task] |= want
+    # plan --mutants grades the informative gate on stages cut from a run of every item: the same
+    # stages, items and verdicts as reading them one after another
+    fixed_gate = GateResult(1, None, None, demo_run("regressed"))
+    replayed = _replayed_informative_gate(load_suite(DEMO_SUITE), fixed_gate, baseline, lambda _line: None)
+    assert replayed.report_json["informative"]["items"] == info["items"]
+    assert [(c["task"], c["metric"], c["verdict"], c["p_value"]) for c in replayed.report_json["comparisons"]] == \
+        [(c["task"], c["metric"], c["verdict"], c["p_value"]) for c in report["comparisons"]]
 
 
 def test_informative_flags_that_cannot_apply_are_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -96,6 +104,10 @@ def test_informative_flags_that_cannot_apply_are_refused_before_anything_runs(tm
         model = [] if "--run" in extra else ["--model", checkpoint_arg("regressed")]
         proc = _gate(*model, "--items", "informative", *extra)
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    plan = subprocess.run([sys.executable, "-m", "gatekeeper", "plan", "--suite", str(DEMO_SUITE), "--items",
+                           "informative"], cwd=ROOT, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True,
+                          timeout=300)
+    assert plan.returncode == 2 and "--items and --keep go with --mutants MODEL" in plan.stderr, plan.stderr
     # the committed demo baseline predates the margins: said, with what to do
     proc = _gate("--model", checkpoint_arg("regressed"), "--items", "informative", "--baseline", str(DEMO_BASELINE))
     assert proc.returncode == 2 and "no task can be read informatively" in proc.stderr, proc.stderr

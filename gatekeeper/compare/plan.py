@@ -419,6 +419,7 @@ class MutantsPlan:
     model: str
     sequential: bool
     rows: list[MutantRow]
+    items: str = "uniform"  # "informative": ``gate --items informative`` was graded (not the sequential gate)
 
     @property
     def due(self) -> list[MutantRow]:

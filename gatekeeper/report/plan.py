@@ -130,7 +130,8 @@ def _mutant_summary(p: MutantsPlan) -> list[str]:
     alarms = sum(r.flagged for r in within)
     errors = [r for r in p.rows if r.error]
     rate = f" ({p.catch_rate:.0%})" if due else ""
-    lines = [f"plan --mutants for suite {p.suite} on {p.model} ({'sequential' if p.sequential else 'every item'}): "
+    mode = "informative" if p.items == "informative" else ("sequential" if p.sequential else "every item")
+    lines = [f"plan --mutants for suite {p.suite} on {p.model} ({mode}): "
              f"caught {caught} of {len(due)} variants that moved a gated metric beyond its margin{rate}, "
              f"{alarms} false alarm{'s' if alarms != 1 else ''} in {len(within)} that did not "
              "(each variant labelled once by its effect on every item, whatever mode is graded)"]
@@ -167,7 +168,8 @@ def mutants_markdown(p: MutantsPlan) -> str:
 
 
 def mutants_json(p: MutantsPlan) -> dict[str, Any]:
-    return {"suite": p.suite, "model": p.model, "sequential": p.sequential, "catch_rate": _finite(p.catch_rate),
+    return {"suite": p.suite, "model": p.model, "sequential": p.sequential, "items": p.items,
+            "catch_rate": _finite(p.catch_rate),
             "false_alarm_rate": _finite(p.false_alarm_rate), "caught": p.caught,
             "counted": len(p.due), "catch_bar": CATCH_BAR, "meets_bar": p.meets_bar,
             "borderline": [r.name for r in p.rows if r.borderline and not r.error],
