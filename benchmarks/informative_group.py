@@ -7,13 +7,16 @@
 MMLU's 57 test subjects at their real sizes (14,042 items) as one size-weighted group, each
 subject's items ranked by the baseline's |margin|; a share ``--flip`` of each subject's items flips
 between the runs, item i with a chance proportional to exp(-rank_i / tau) (the propensity curve of
-benchmarks/informative_items.py: 81% of the flips in the smallest-margin fifth at tau 0.12). A
-flip is a loss with probability 1/2 on a harmless change, more on a drop. Per scenario, on the
-same pairs, ``compare_runs`` (alpha 0.05, margin 0, the group row and the subjects one family):
+benchmarks/informative_items.py: 81% of the flips in the smallest-margin fifth at tau 0.12), a
+coin each way. Per scenario, on the
+same pairs, ``compare_runs`` (alpha 0.05, margin 0, the group row and the subjects one family);
+a drop adds losses of right items along the same curve (a drop flips more items, not other ones):
 
 - the fixed gate: every item;
-- the informative gate: each subject's design (results/informative.py) read until informed
-  (compare/stats/weighted.py ``until_informed``), its items weighed (``informative.weigh``).
+- the informative gate: each subject's design (results/informative.py), the group's stage chosen
+  by ``until_informed`` (compare/stats/weighted.py) on all its subjects' flips together, as the
+  gate does (``informative.stage_units``; ``--per-task``: each subject on its own), the items
+  weighed (``informative.weigh``).
 
 Scenarios (issue #57's list): harmless; a diffuse 0.5-point loss; one 265-item subject 8 points
 worse. Printed: the share of simulations that fail, and the share of the items read.
@@ -40,18 +43,21 @@ ALPHA = 0.05
 
 
 def _subject(rng: np.random.Generator, n: int, flip: float, drop: float, tau: float) -> tuple[np.ndarray, np.ndarray]:
-    """(baseline, candidate) of one subject, items in |margin| order: flips along the curve."""
+    """(baseline, candidate) of one subject, items in |margin| order: harmless flips along the
+    curve, a coin each way; a drop adds losses of right items along the same curve (``drop`` of the
+    subject on average)."""
     q = np.exp(-(np.arange(n) / n) / tau)
-    q = np.minimum(1.0, q * flip / q.mean())
+    q = q / q.mean()
     acc = rng.uniform(0.3, 0.9)
     base = (rng.random(n) < acc).astype(float)
-    flips = rng.random(n) < q
-    loss = rng.random(n) < 0.5 + drop / (2 * flip)
+    flips = rng.random(n) < np.minimum(1.0, q * flip)
+    loss = rng.random(n) < 0.5
     base = np.where(flips, loss.astype(float), base)  # a loss starts right, a gain wrong
-    return base, np.where(flips, 1 - base, base)
+    extra = ~flips & (rng.random(n) < np.minimum(1.0, q * drop / acc)) & (base == 1)
+    return base, np.where(flips | extra, 1 - base, base)
 
 
-def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, pooled: bool = False
+def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, per_task: bool = False
              ) -> tuple[float, float, float]:
     """(the informative gate's failure rate, the fixed gate's, the share of items the informative read)."""
     rng = np.random.default_rng(seed)
@@ -67,12 +73,13 @@ def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, p
             cand_parts.append(series(task, "acc", c))
             designs[task] = informative.design(task, np.arange(n, dtype=float), seed=seed * 100_003 + sim * 64 + i)
             scales[task] = informative.SCALES[until_informed(b != c, designs[task])]
-        if pooled:  # one stage for the whole group: the rule on its subjects' flips together
+        if not per_task:  # one stage for the whole group (the gate's rule): its subjects' flips together
             whole = informative.Design("g", np.concatenate([d.pi for d in designs.values()]),
                                        np.concatenate([d.u for d in designs.values()]))
             flips = np.concatenate([np.asarray(b.values) != np.asarray(c.values)
                                     for b, c in zip(base_parts, cand_parts, strict=True)])
-            scales = dict.fromkeys(designs, informative.SCALES[until_informed(flips, whole)])
+            group_stage = until_informed(flips, whole)
+            scales = dict.fromkeys(designs, informative.SCALES[group_stage])
         base, cand = as_group(run(*base_parts, name="base"), "g"), as_group(run(*cand_parts, name="cand"), "g")
         fixed += compare_runs(base, cand, policy).verdict == "fail"
         docs = {t: np.flatnonzero(d.read(scales[t])) for t, d in designs.items()}
@@ -88,8 +95,8 @@ def main() -> None:
     ap.add_argument("--flip", type=float, default=0.04)
     ap.add_argument("--tau", type=float, default=0.12)
     ap.add_argument("--seed", type=int, default=57)
-    ap.add_argument("--pooled", action="store_true", help="one stage for the group: the stage rule on all its "
-                    "subjects' flips together (each subject's own rule otherwise)")
+    ap.add_argument("--per-task", action="store_true", help="each subject chooses its own stage (the gate's rule: "
+                    "one stage for the group, from all its subjects' flips)")
     args = ap.parse_args()
     k = len(MMLU_SIZES)
     scenarios = (("harmless", np.zeros(k)), ("diffuse -0.5 point", np.full(k, 0.005)),
@@ -98,7 +105,7 @@ def main() -> None:
           f"{args.sims} simulations, alpha {ALPHA}")
     for name, drops in scenarios:
         t0 = time.perf_counter()
-        informed, fixed, read = simulate(drops, args.sims, args.flip, args.tau, args.seed, args.pooled)
+        informed, fixed, read = simulate(drops, args.sims, args.flip, args.tau, args.seed, args.per_task)
         print(f"{name:32s} fails: informative {informed:.3f}, fixed {fixed:.3f}; informative read {read:.0%} "
               f"({time.perf_counter() - t0:.0f} s)")
 

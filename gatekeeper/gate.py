@@ -556,6 +556,7 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
     scales = informative.SCALES
     read = {task: np.zeros(d.pi.size, dtype=bool) for task, d in designs.items()}
     decided: dict[str, float] = {}
+    units = informative.stage_units(stored, designs, whole)
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
     for k, scale in enumerate(scales, 1):
@@ -570,10 +571,14 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
             runs.append(run)
             news.append(got)
         candidate = subset.join(runs, news)
-        for task, d in designs.items():
-            if task not in decided and (k == len(scales) or read[task].all()
-                                        or until_informed(_flipped(stored, candidate, task, d.pi.size), d) < k):
-                decided[task] = scale
+        decided.update({t: scale for t in whole if t not in decided})  # every item read at the first stage
+        for unit in units:
+            if unit[0] in decided:
+                continue
+            flipped = np.concatenate([_flipped(stored, candidate, t, designs[t].pi.size) for t in unit])
+            if k == len(scales) or all(read[t].all() for t in unit) \
+                    or until_informed(flipped, informative.joined(designs, unit)) < k:
+                decided.update(dict.fromkeys(unit, scale))
         if len(decided) == len(designs):
             break
     docs = subset.docs_of(candidate)

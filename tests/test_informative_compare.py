@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks import informative_items as bench
-from gatekeeper.compare.compare import compare_runs
+from gatekeeper.compare.compare import _min_p, compare_runs
 from gatekeeper.compare.stats.weighted import WEIGHTED_TEST, until_informed, weighted_flip_test
 from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults
@@ -61,6 +61,11 @@ def test_a_read_row_is_the_weighted_flips_exact_test_of_the_whole_task() -> None
     z = 1.959963984540054
     assert row.test.interval_at(0.95) == pytest.approx((direct.delta - z * direct.se, direct.delta + z * direct.se))
     assert math.isfinite(row.mde) and row.mde > 0
+    # the smallest p it can reach, given its read flips (Tarone's admission): every one the worse way
+    flips_read = int(np.count_nonzero(base[read] != cand[read]))
+    assert row.test.flips_read == flips_read and _min_p(row.test) == 0.5 ** flips_read
+    assert weighted_flip_test(np.ones(flips_read), np.zeros(flips_read), weights[base[read] != cand[read]], N, True,
+                              0.9).p_worse == pytest.approx(0.5 ** flips_read)
     assert row.verdict == "regressed" and outcome.verdict == "fail"
     assert any(f"an informative read: {int(read.sum()):,} of {N:,} items" in note for note in outcome.notes)
     # every item read, each standing for itself: the ordinary test, as before

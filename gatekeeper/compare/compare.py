@@ -489,7 +489,11 @@ def _discreteness_scale(family: list[Tested], gated_idx: list[int], shares: fami
 
 def _min_p(test: PairedTest) -> float:
     """The smallest p-value a right/wrong row's McNemar test can reach, given its flipped items
-    (every one of them right -> wrong); 0 for the other tests."""
+    (every one of them right -> wrong); 0 for the other tests. An informative read's weighted
+    exact test: every read flip the worse way, 0.5 ** its read flips, so Tarone's admission
+    gives a subject that cannot reach its share's level its share back, as for McNemar."""
+    if test.test == WEIGHTED_TEST and test.flips_read is not None:
+        return 0.5 ** test.flips_read
     if test.counts is None or not test.test.startswith("mcnemar"):
         return 0.0
     flips = test.counts[1] + test.counts[2]

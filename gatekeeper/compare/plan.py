@@ -133,9 +133,10 @@ INFORMATIVE_SIMS = 200
 def _informative_share(baseline: RunResults, rows: list[PlanRow], design_seed: int, seed: int
                        ) -> tuple[float, dict[str, str]]:
     """The expected share of the suite's items ``gate --items informative`` reads on a harmless
-    change (``weighted.until_informed`` on each task's design, its flips drawn along the assumed
-    propensity curve at the row's flip share), and the tasks it reads whole. NaN where no task can
-    be read informatively."""
+    change (``weighted.until_informed`` on each stage unit's design, as the gate decides: a
+    size-weighted group's subtasks together; the flips drawn along the assumed propensity curve at
+    each row's flip share), and the tasks it reads whole. NaN where no task can be read
+    informatively."""
     designs, whole = informative.designs_for(baseline, design_seed)
     if len(whole) == len(designs):
         return math.nan, whole
@@ -144,18 +145,17 @@ def _informative_share(baseline: RunResults, rows: list[PlanRow], design_seed: i
         if r.flip_rate is not None and not r.group:
             rates[r.key.task] = max(rates.get(r.key.task, 0.0), r.flip_rate)
     rng = np.random.default_rng([seed, 57])
-    read = 0.0
-    for task, d in designs.items():
-        n = d.pi.size
-        ranks = informative.margin_ranks(baseline, task, n)
-        if task in whole or ranks is None:
-            read += n
-            continue
-        q = np.exp(-ranks / informative.PROPENSITY_DECAY)
-        q = np.minimum(1.0, q * rates.get(task, ASSUMED_FLIP_RATE) / q.mean())
-        flips = rng.random((INFORMATIVE_SIMS, n)) < q
-        stages = [until_informed(f, d) for f in flips]
-        read += float(np.mean([d.read(informative.SCALES[k]).sum() for k in stages]))
+    read = float(sum(designs[t].pi.size for t in whole))
+    for unit in informative.stage_units(baseline, designs, whole):
+        parts = []
+        for task in unit:  # each task's flip chances along the curve at its flip share
+            ranks = informative.margin_ranks(baseline, task, designs[task].pi.size)
+            q = np.exp(-ranks / informative.PROPENSITY_DECAY)
+            parts.append(np.minimum(1.0, q * rates.get(task, ASSUMED_FLIP_RATE) / q.mean()))
+        q = np.concatenate(parts)
+        d = informative.joined(designs, unit)
+        flips = rng.random((INFORMATIVE_SIMS, q.size)) < q
+        read += float(np.mean([d.read(informative.SCALES[until_informed(f, d)]).sum() for f in flips]))
     return read / sum(d.pi.size for d in designs.values()), whole
 
 

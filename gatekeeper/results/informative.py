@@ -217,6 +217,32 @@ def designs_for(baseline: RunResults, seed: int, shares: Sequence[float] = SHARE
     return designs, whole
 
 
+def stage_units(baseline: RunResults, designs: Mapping[str, Design], whole: Mapping[str, str]) -> list[tuple[str, ...]]:
+    """The tasks that choose their stage together: the subtasks of each outermost size-weighted
+    group (the flips of all of them say when the group, and each subject under Tarone's design,
+    has read enough: benchmarks/informative_group.py), every other task on its own. Tasks read
+    whole are left out (they are read at the first stage)."""
+    read_in_part = [t for t in sorted(designs) if t not in whole]
+    metrics = sorted((gm for gm in groups.group_metrics(baseline)[0] if gm.weight_by_size),
+                     key=lambda gm: (-len(gm.leaves), gm.group))
+    units: list[tuple[str, ...]] = []
+    placed: set[str] = set()
+    for gm in metrics:  # the largest group first: a subgroup's tasks are already in it
+        members = tuple(t for t in gm.leaves if t in read_in_part and t not in placed)
+        if members:
+            units.append(members)
+            placed.update(members)
+    return units + [(t,) for t in read_in_part if t not in placed]
+
+
+def joined(designs: Mapping[str, Design], tasks: Sequence[str]) -> Design:
+    """One design over several tasks' documents, in the order of ``tasks`` (for the stage rule)."""
+    if len(tasks) == 1:
+        return designs[tasks[0]]
+    return Design("+".join(tasks), np.concatenate([designs[t].pi for t in tasks]),
+                  np.concatenate([designs[t].u for t in tasks]))
+
+
 def weigh(run: RunResults, designs: Mapping[str, Design], scale: float | Mapping[str, float]) -> RunResults:
     """``run`` (the items a gate read) with each series of a designed task given what its items
     stand for at ``scale`` of the design (``Sample``); the comparison then estimates and tests the

@@ -49,6 +49,7 @@ class PairedTest:
     # The weighted flips' test of an informative read (``stats/weighted.py``): the share of the
     # task's items estimated to have flipped (its MDE's flip rate); ``n`` is then the whole task's.
     flip_share: float | None = None
+    flips_read: int | None = None  # and how many of the items it read flipped (its smallest p: 0.5 ** flips_read)
 
     def confidence_interval(self) -> tuple[float, float]:
         return (self.ci_low, self.ci_high)

@@ -139,7 +139,8 @@ def weighted_paired_test(baseline: np.ndarray, candidate: np.ndarray, weights: n
                       confidence=confidence, p_worse=w.p_worse, p_better=w.p_better, se=w.se, n_resamples=0,
                       # under "no change" each flip's direction is a coin: the weighted sum's spread
                       se_null=math.sqrt(float(np.sum(np.square(weights[flipped])))) / total,
-                      identical=w.flips == 0, flip_share=float(np.sum(weights[flipped])) / total)
+                      identical=w.flips == 0, flip_share=float(np.sum(weights[flipped])) / total,
+                      flips_read=w.flips)
 
 
 INFORMED = 0.95  # the share of the whole read's information a stage must hold to be decided at
