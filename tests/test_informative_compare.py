@@ -213,3 +213,24 @@ def test_flips_only_in_one_subjects_surest_items_keep_the_suites_level() -> None
         alarms += compare_runs(*_read(*pair, designs, 1.0), Policy(alpha=ALPHA)).verdict == "fail"
     print(f"one subject's surest items: {alarms / sims:.3f}")
     assert alarms / sims <= ALPHA + _allowance(ALPHA, sims), alarms
+
+
+def test_a_size_weighted_groups_subtasks_choose_their_stage_together() -> None:
+    """stage_units: the outermost size-weighted group's subtasks form one unit (its subgroups'
+    inside it), a task of no such group is its own, a task read whole is in none."""
+    rng = np.random.default_rng(5751)
+    parts = [series(t, "acc", (rng.random(100) < 0.7).astype(float)) for t in ("a", "b", "c", "d", "e")]
+    r = run(*parts, name="base")
+    manifest = {"groups": {
+        "top": {"leaves": ["a", "b", "c"], "aggregate": [{"metric": "acc", "filter_list": ["none"],
+                                                          "weight_by_size": True, "aggregation": "mean"}]},
+        "sub": {"leaves": ["a", "b"], "aggregate": [{"metric": "acc", "filter_list": ["none"],
+                                                     "weight_by_size": True, "aggregation": "mean"}]}}}
+    r = replace(r, group_subtasks={"top": ["sub", "c"], "sub": ["a", "b"]},
+                provenance=replace(r.provenance, manifest=manifest),
+                choice_margins={t: (np.arange(100), np.arange(100, dtype=float)) for t in ("a", "b", "c", "d")})
+    designs, whole = informative.designs_for(r, 3)
+    assert whole == {"e": "the baseline has no choice margins for it"}
+    assert informative.stage_units(r, designs, whole) == [("a", "b", "c"), ("d",)]
+    joined = informative.joined(designs, ("a", "b", "c"))
+    assert joined.pi.size == 300 and np.array_equal(joined.u[100:200], designs["b"].u)
