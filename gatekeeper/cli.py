@@ -280,9 +280,8 @@ def _look_flag(args: argparse.Namespace, shard: Any, suite: Any) -> Any:
     if not m or not (2 <= int(m.group(2)) <= 10 and 1 <= int(m.group(1)) <= int(m.group(2))):
         raise GateError(f"--look {args.look}: expected K/L with 1 <= K <= L and 2 <= L <= 10 (e.g. 2/4)")
     done = frozenset(t.strip() for t in (args.done or "").split(",") if t.strip())
-    seed = int(suite.seeds.get("random", 0) or 0)  # as gate --sequential orders the items
     part = (shard.index, shard.count) if shard is not None else None
-    return Look(int(m.group(1)), int(m.group(2)), seed, done, part=part)
+    return Look(int(m.group(1)), int(m.group(2)), suite.random_seed, done, part=part)  # as gate --sequential orders
 
 
 def _complete(args: argparse.Namespace) -> int:

@@ -263,7 +263,7 @@ def _prompts_preview(prompts: dict[str, list[tuple[str, str, str]]], n_tasks: in
 
 def _looks_preview(suite: Suite, items: dict[str, int], count: int, policy: Policy) -> list[str]:
     """What a sequential gate would evaluate at each look, and the level each look tests at."""
-    seed = int(suite.seeds.get("random", 0) or 0)
+    seed = suite.random_seed
     per_look = [sum(len(chunk(task, n, Look(k, count, seed))) for task, n in items.items())
                 for k in range(1, count + 1)]
     levels = sequential.look_levels(sequential.fractions(count), policy.alpha)
@@ -438,7 +438,7 @@ def run_sequential_gate(
         stored = store.load_baseline(baseline_path)
         anchor = load_anchor(baseline_path)
     policy = policy or suite.policy
-    seed = int(suite.seeds.get("random", 0) or 0)
+    seed = suite.random_seed
 
     def preflight(plan: RunPlan) -> None:
         check_baseline_before(stored, suite, plan)
@@ -493,13 +493,10 @@ def run_informative_gate(
     suite = load_suite(suite_path)
     baseline_path = Path(baseline) if baseline else suite.baseline_path
     check_not_deleted(baseline_path)
-    if not baseline_path.is_file():
-        raise GateError(f"{baseline_path}: no baseline file; an informative gate reads its items from one (record it "
-                        f"first: gatekeeper gate --suite {suite.path} --model MODEL --record-missing)")
     policy = policy or suite.policy
     stored, anchor, preflight = _reference(suite, baseline_path, policy)
-    designs, whole = _informative_designs(suite, stored, baseline_path, policy)
-    seed = int(suite.seeds.get("random", 0) or 0)
+    designs, whole = _informative_designs(suite, stored, baseline_path, policy)  # no baseline: an error there
+    seed = suite.random_seed
     lock, check = dataset_lock(stored), items_checker(stored)
 
     def evaluate(k: int, new: dict[str, list[int]]) -> list[LookRun]:
@@ -525,7 +522,7 @@ def _informative_designs(suite: Suite, stored: RunResults | None, baseline_path:
     if stored is None:
         raise GateError(f"{baseline_path}: no baseline file; an informative gate reads its items from one (record it "
                         f"first: gatekeeper gate --suite {suite.path} --model MODEL --record-missing)")
-    designs, whole = informative.designs_for(stored, int(suite.seeds.get("random", 0) or 0))
+    designs, whole = informative.designs_for(stored, suite.random_seed)
     if len(whole) == len(designs):
         task, why = sorted(whole.items())[0]
         raise GateError(f"{baseline_path}: no task can be read informatively (task {task}: {why}"
@@ -604,9 +601,8 @@ def _replayed_informative_gate(suite: Suite, full: GateResult, reference: Path,
         run = load_run(full.run_dir, cluster_keys=suite.cluster_keys())
     designs, whole = _informative_designs(suite, stored, reference, suite.policy)
 
-    def evaluate(k: int, new: dict[str, list[int]]) -> list[LookRun]:
-        manifest = {**(run.provenance.manifest or {}), "look": {"index": k, "docs": new}}
-        return [(dataclasses.replace(run, provenance=dataclasses.replace(run.provenance, manifest=manifest)), new)]
+    def evaluate(_k: int, new: dict[str, list[int]]) -> list[LookRun]:
+        return [(run, new)]  # subset.join keeps each stage's new documents of the whole run
 
     return _informative_stages(suite, stored, None, reference, suite.policy, designs, whole, evaluate, log)
 
@@ -656,7 +652,7 @@ def judge_looks(suite_path: str | Path, folder: str | Path, *, baseline: str | P
         raise GateError(f"{baseline_path}: no baseline file; a sequential gate compares with one")
     found = _looks_in(Path(folder))
     count = found[0].info["count"]
-    seed = int(suite.seeds.get("random", 0) or 0)
+    seed = suite.random_seed
     if found[0].info["seed"] != seed:  # the suite's order, not one a run chose (which items a look sees)
         raise GateError(f"{found[0].folder}: the looks ordered the items with seed {found[0].info['seed']}, the suite's "
                         f"is {seed}; evaluate the looks with this suite (gatekeeper run --look K/L --suite {suite.path})")
@@ -729,7 +725,7 @@ def _replay_looks(suite: Suite, full: RunResults, looks: int) -> Callable[[int, 
     is the documents ``run/looks.py`` gives it, taken from ``full`` (``subset.join`` keeps only
     those). ``plan --mutants`` grades the sequential gate this way on the run it labels each
     variant with: the same items and decisions, without evaluating them twice."""
-    seed = int(suite.seeds.get("random", 0) or 0)
+    seed = suite.random_seed
     sizes = {t_: int(d.size) for t_, d in subset.docs_of(full).items()}
 
     def evaluate(k: int, done: frozenset[str]) -> list[LookRun]:
@@ -893,7 +889,7 @@ def _plan(suite: Suite, stored: RunResults, base_path: Path, policy: Policy, *, 
         other, name = _second_run(base_path, stored, suite, against)
     return plans.plan(stored, policy, suite=suite.name, against=other, against_name=name, flip_rate=flip_rate,
                       looks=looks or suite.policy.sequential_looks or sequential.DEFAULT_LOOKS, simulate=simulate,
-                      design_seed=int(suite.seeds.get("random", 0) or 0))
+                      design_seed=suite.random_seed)
 
 
 def _second_run(base_path: Path, stored: RunResults, suite: Suite,

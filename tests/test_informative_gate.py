@@ -82,7 +82,7 @@ def test_a_group_reads_until_its_flips_say_enough_and_the_verdict_is_the_fixed_g
     assert f"demo_capitals_mc/acc,none: an informative read: {read['demo_capitals_mc']} of 200 items" in proc.stdout
     # each stage read exactly the design's new items; the group's nothing after it stopped
     stored = store.load_baseline(baseline)
-    designs, _ = informative.designs_for(stored, int(load_suite(DEMO_SUITE).seeds["random"]))
+    designs, _ = informative.designs_for(stored, load_suite(DEMO_SUITE).random_seed)
     seen = {t: set() for t in stored.choice_margins}
     assert sorted(p.name for p in out.glob("stage-*")) == ["stage-1", "stage-2"]  # every task decided at 2
     for k, scale in enumerate(informative.SCALES[:2], 1):

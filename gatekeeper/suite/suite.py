@@ -147,6 +147,12 @@ class Suite:
     def task_names(self) -> list[str]:
         return [t.name for t in self.tasks]
 
+    @property
+    def random_seed(self) -> int:
+        """The suite's random seed (0 when unset): it orders a sequential gate's looks and draws an
+        informative gate's items, so every process, a sharded gate's judge included, agrees."""
+        return int(self.seeds.get("random", 0) or 0)
+
 
 # ----------------------------------------------------------------------------- public API
 
