@@ -66,7 +66,7 @@ def test_the_weighted_null_is_exact() -> None:
         relative_weights(np.array([1.0, 1.5]))
 
 
-def test_the_design_reads_each_quarter_at_its_share_the_same_everywhere_and_looks_nest() -> None:
+def test_the_design_reads_each_eighth_at_its_share_the_same_everywhere_and_looks_nest() -> None:
     n = 8000
     margins = np.random.default_rng(572).normal(0, 3, n)
     margins[:400] = np.nan  # no margin: read with certainty
@@ -76,22 +76,24 @@ def test_the_design_reads_each_quarter_at_its_share_the_same_everywhere_and_look
     assert read[:400].all()
     for h, share in enumerate(informative.SHARES):
         assert read[level == h].mean() == pytest.approx(share, abs=0.03), h
-        # the quarters are by |margin|: the first holds the smallest
-        assert np.nanmax(np.abs(margins[level == h])) <= np.nanmin(np.abs(margins[level == h + 1])) if h < 3 else True
+        # the eighths are by |margin|: the first holds the smallest
+        last = len(informative.SHARES) - 1
+        assert np.nanmax(np.abs(margins[level == h])) <= np.nanmin(np.abs(margins[level == h + 1])) if h < last else True
     assert read.mean() == pytest.approx(design.expected_share(), abs=0.01)
     assert np.array_equal(read, informative.design("mmlu_anatomy", margins, seed=1234).read())  # a judge redraws it
     assert not np.array_equal(read, informative.design("mmlu_virology", margins, seed=1234).read())
     half, double = design.read(0.5), design.read(2.0)
-    assert np.all(half <= read) and np.all(read <= double) and design.read(8.0).all()
+    assert np.all(half <= read) and np.all(read <= double) and design.read(16.0).all()
+    assert not design.read(8.0).all()
     chosen = np.flatnonzero(read)
-    assert set(np.unique(design.weights(chosen))) == {1.0, 2.0, 4.0, 8.0}
-    assert set(np.unique(design.weights(np.flatnonzero(double), 2.0))) == {1.0, 2.0, 4.0}
+    assert set(np.unique(design.weights(chosen))) == {1.0, 2.0, 4.0, 8.0, 16.0}
+    assert set(np.unique(design.weights(np.flatnonzero(double), 2.0))) == {1.0, 2.0, 4.0, 8.0}
     with pytest.raises(ValueError, match="1 / 2"):
         informative.design("t", margins, seed=1, shares=(1.0, 0.3))
 
 
 def test_the_estimate_is_unbiased_whatever_the_flips() -> None:
-    """Flips only among the items the baseline was surest of (read at 1/8): the mean of the
+    """Flips only among the items the baseline was surest of (read at 1/16): the mean of the
     estimates over many draws of the design is the whole task's change."""
     n = 1000
     base = np.ones(n)
@@ -111,7 +113,7 @@ def test_the_estimate_is_unbiased_whatever_the_flips() -> None:
 def test_harmless_changes_keep_the_level_for_any_pattern_of_flips(shape: str) -> None:
     """The test's size on harmless changes (a flip as likely a gain as a loss), whether the flips
     follow the measured propensity, sit only where the baseline was surest (each read one
-    standing for 8), or are spread evenly: at most each level within Monte Carlo error, as the
+    standing for 16), or are spread evenly: at most each level within Monte Carlo error, as the
     exact McNemar test reading every item on the same data."""
     sims = 600
     rates = bench.simulate(1000, 0.05, shape, 0.0, sims, seed=5700 + len(shape))
@@ -121,17 +123,17 @@ def test_harmless_changes_keep_the_level_for_any_pattern_of_flips(shape: str) ->
 
 
 def test_along_the_measured_curve_half_the_items_keep_most_of_the_power() -> None:
-    """A 3-point drop along the propensity curve at margin 0.01 (400 simulations, the same data
-    for each design): reading 47% of the items keeps all but a few points of reading every item
-    at level 0.05, reading 69% all but 2; with uniform flips the 47% design pays (the propensity
-    guessed wrong: power, never the false-alarm rate, moves). benchmarks/informative_items.py,
-    2,000 simulations: 0.874 and 0.904 against 0.908 at 0.05."""
+    """A 3-point drop along the measured propensity curve at margin 0.01 (400 simulations, the
+    same data for each design): reading 27% of the items keeps all but a few points of reading
+    every item at level 0.05, reading 41% all but 2; with uniform flips the 27% design pays (the
+    propensity guessed wrong: power, never the false-alarm rate, moves).
+    benchmarks/informative_items.py, 2,000 simulations: 0.878 and 0.904 against 0.899 at 0.05."""
     along = bench.simulate(1000, 0.05, "curve", 0.03, 400, seed=5710)
     k = len(bench.LEVELS)
     full, t1, t2 = along["every item"], along["informative t=1"], along["informative t=2"]
     assert full[k] > 0.85
     assert t1[k] >= full[k] - 0.07 and t2[k] >= full[k] - 0.02, along
-    assert t1[-1] == pytest.approx(0.47, abs=0.02) and t2[-1] == pytest.approx(0.69, abs=0.02)
+    assert t1[-1] == pytest.approx(0.27, abs=0.02) and t2[-1] == pytest.approx(0.41, abs=0.02)
     uniform = bench.simulate(1000, 0.05, "uniform", 0.03, 200, seed=5711)
     assert uniform["informative t=1"][k] < uniform["every item"][k] - 0.2, uniform
 
@@ -169,7 +171,7 @@ def test_a_run_and_its_baseline_carry_each_choice_items_margin(demo_run: Callabl
         assert np.array_equal(stored.choice_margins[task][0], doc_ids)
         assert stored.choice_margins[task][1] == pytest.approx(margins, abs=5e-5)
         design = informative.design(task, stored.choice_margins[task][1], seed=1234, doc_ids=doc_ids)
-        assert 0.3 < design.read().mean() < 0.65
+        assert 0.2 < design.read().mean() < 0.45
     # documents a baseline holds no margin for (here: every other one) are read with certainty
     sparse = informative.design("t", np.array([0.5, 2.0, 9.0]), seed=1, doc_ids=np.array([0, 2, 4]))
     assert sparse.pi.size == 5 and sparse.pi[1] == sparse.pi[3] == 1.0 and sparse.read()[[1, 3]].all()
@@ -188,13 +190,20 @@ def test_the_stage_read_until_informed_depends_only_on_which_read_items_flipped(
     rng = np.random.default_rng(575)
     flipped = rng.random(n) < np.exp(-np.arange(n) / n / 0.12) * 0.2
     stage = until_informed(flipped, design)
-    assert stage == 1  # the design's 69%: scale 1 (47%) holds less than 95% of the information
+    assert stage == 2  # the design's 56%: scale 2 (41%) holds less than 95% of the information
     unread = ~design.read(bench.SCALES[stage])
     more = flipped | (unread & (rng.random(n) < 0.5))  # flips where nothing was read
     assert until_informed(more, design) == stage
     evenly = rng.random(n) < 0.05
     assert until_informed(evenly, design) == len(bench.SCALES) - 1  # reads every item
-    assert until_informed(np.zeros(n, bool), design) == 3  # no flip read: read on
+    # no flip read: read on until every item had an even chance to be read (F flips anywhere all
+    # unread: at most 0.5 ** F), then stop there (75%)
+    assert until_informed(np.zeros(n, bool), design) == bench.SCALES.index(8.0)
+    one = np.zeros(n, bool)
+    one[np.flatnonzero(~design.read(8.0))[0]] = True  # a flip, unread at 75%: never looked at
+    assert until_informed(one, design) == bench.SCALES.index(8.0)
+    one[np.flatnonzero(design.read(1.0))[0]] = True  # a flip read: too few to say, read every item
+    assert until_informed(one, design) == len(bench.SCALES) - 1
 
 
 @pytest.mark.parametrize("shape", ["curve", "confident", "uniform"])
@@ -204,18 +213,20 @@ def test_reading_until_informed_keeps_the_level_for_any_pattern_of_flips(shape: 
     for name, r in rates.items():
         for level_i, level in enumerate(bench.LEVELS):
             assert r[level_i] <= level + _allowance(level, sims), (name, level, r)
-    assert rates["until informed"][-1] == pytest.approx(0.66 if shape == "curve" else 1.0, abs=0.02)
+    assert rates["until informed"][-1] == pytest.approx(0.39 if shape == "curve" else 1.0, abs=0.02)
 
 
-def test_reading_until_informed_keeps_the_fixed_gates_power_on_two_thirds_of_the_items() -> None:
-    """Along the measured curve it reads 66% of the items and catches a 3-point drop as often as
-    reading every item, within Monte Carlo error (benchmarks/informative_items.py --until-informed,
-    2,000 simulations: 90.2% / 59.7% at 0.05 / 0.005 against 90.8% / 61.5%); with flips spread
-    evenly it reads every item and decides as the fixed gate does."""
+def test_reading_until_informed_keeps_the_fixed_gates_power_on_two_fifths_of_the_items() -> None:
+    """Along the measured curve it reads 39% of the items, under half of the 88% today's
+    sequential gate reads of such pairs (benchmarks/informative_items.py --sequential), and
+    catches a 3-point drop as often as reading every item, within Monte Carlo error
+    (benchmarks/informative_items.py --until-informed, 2,000 simulations: 89.9% / 61.2% at
+    0.05 / 0.005 against 89.9% / 62.5%); with flips spread evenly it reads every item and decides
+    as the fixed gate does."""
     k = len(bench.LEVELS)
     along = bench.simulate_adaptive(1000, 0.05, "curve", 0.03, 400, seed=5730)
     full, informed = along["every item"], along["until informed"]
-    assert informed[-1] == pytest.approx(0.66, abs=0.02)
+    assert informed[-1] == pytest.approx(0.39, abs=0.02) and informed[-1] < 0.44
     assert informed[k] >= full[k] - 0.03 and informed[k + 1] >= full[k + 1] - 0.05, along
     evenly = bench.simulate_adaptive(1000, 0.05, "uniform", 0.03, 200, seed=5731)
     assert evenly["until informed"][-1] > 0.99

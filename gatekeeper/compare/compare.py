@@ -25,7 +25,7 @@ from gatekeeper.compare.outcome import (
 )
 from gatekeeper.compare.stats.mcnemar import rejection_table, size_at
 from gatekeeper.compare.stats.result import PairedTest
-from gatekeeper.compare.stats.weighted import WEIGHTED_TEST, weighted_paired_test
+from gatekeeper.compare.stats.weighted import WEIGHTED_TEST, WEIGHTED_TESTS, weighted_paired_test
 from gatekeeper.compare.verdict import Tested, decide, mde, resolution_warnings
 from gatekeeper.errors import GateError
 from gatekeeper.model import MetricSeries, RunResults, SeriesKey
@@ -226,7 +226,7 @@ def compare_runs(
         f"(<= {policy.rounding:g} relative) and count as unchanged"
         for c in comparisons if c.rounded
     ]
-    notes_rounding += [_read_note(candidate, c) for c in comparisons if c.test.test == WEIGHTED_TEST]
+    notes_rounding += [_read_note(candidate, c) for c in comparisons if c.test.test in WEIGHTED_TESTS]
 
     regressions = [c for c in comparisons if c.gated and c.verdict == REGRESSED]
     failing = regressions + ([c for c in comparisons if c.gated and c.verdict == INCONCLUSIVE]
@@ -363,7 +363,7 @@ def _read_note(candidate: RunResults, c: Comparison) -> str:
                if key.task in (c.subtasks or (c.key.task,)) and (key.metric, key.filter) == (c.key.metric, c.key.filter))
     return (f"{c.key}: an informative read: {read:,} of {c.test.n:,} items, chosen from the baseline (the likely "
             "flips first, every item with a known chance); its values are the whole task's estimates and its test "
-            "the weighted flips' exact test, whose false-alarm rate holds whatever items flipped")
+            "the weighted flips' McNemar test, whose false-alarm rate holds whatever items flipped")
 
 
 def _weighted_test(series: MetricSeries, base: np.ndarray, cand: np.ndarray, clusters: np.ndarray | None,
@@ -385,7 +385,8 @@ def _weighted_test(series: MetricSeries, base: np.ndarray, cand: np.ndarray, clu
         raise GateError(f"{src}: {series.key}: an informative read is tested once, for a drop (policy test: "
                         f"superiority); {what} reads items uniformly: gate with --items uniform")
     weights = sample.weights[np.argsort(series.doc_ids, kind="stable")]  # pair_series' order: by doc id
-    return weighted_paired_test(base, cand, weights, sample.total, series.higher_is_better, 1 - policy.alpha)
+    return weighted_paired_test(base, cand, weights, sample.total, series.higher_is_better, 1 - policy.alpha,
+                                exact=policy.exact_mcnemar)
 
 
 def _path(run: RunResults, name: str, seen: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -490,10 +491,10 @@ def _discreteness_scale(family: list[Tested], gated_idx: list[int], shares: fami
 def _min_p(test: PairedTest) -> float:
     """The smallest p-value a right/wrong row's McNemar test can reach, given its flipped items
     (every one of them right -> wrong); 0 for the other tests. An informative read's weighted
-    exact test: every read flip the worse way, 0.5 ** its read flips, so Tarone's admission
-    gives a subject that cannot reach its share's level its share back, as for McNemar."""
-    if test.test == WEIGHTED_TEST and test.flips_read is not None:
-        return 0.5 ** test.flips_read
+    test: every read flip the worse way, 0.5 ** its read flips (half that for mid-p), so Tarone's
+    admission gives a subject that cannot reach its share's level its share back, as for McNemar."""
+    if test.test in WEIGHTED_TESTS and test.flips_read is not None:
+        return 0.5 ** test.flips_read * (1.0 if test.test == WEIGHTED_TEST else 0.5)
     if test.counts is None or not test.test.startswith("mcnemar"):
         return 0.0
     flips = test.counts[1] + test.counts[2]

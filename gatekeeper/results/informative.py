@@ -3,16 +3,19 @@ for, decided from the baseline alone.
 
 A paired test of right/wrong items learns only from the items that flip, and flips are not spread
 evenly: a multiple-choice item the baseline answered with a wide margin (its gold choice's
-log-likelihood far from the best other choice's) rarely flips under a small change of the model
-(benchmarks/flip_propensity.py: every flip of the demo's four small defects lay in the fifth of
-items with the smallest margin). So a task's items are cut into strata by the baseline's |margin|,
-smallest first, and stratum h is read with probability ``SHARES[h]`` (1, 1/2, 1/4, 1/8: about 47%
-of the items). Each item is drawn on its own (Poisson sampling) by a uniform number fixed by the
-seed, the task and the document, so every process, a sharded gate's judge included, draws the
-same items. An item read at probability pi stands for 1/pi items (Horvitz-Thompson): the estimate
-of the whole task's change is unbiased whatever the flips, and the weights are integers, which
-keeps the test exact (``compare/stats/weighted.py``). Items without a margin (generation,
-continuous metrics) are read with probability 1.
+log-likelihood far from the best other choice's) rarely flips under a small change of the model.
+Measured on the demo (benchmarks/flip_propensity.py): the small defects' flips lie at |margin|
+ranks whose exponential decay is 0.037 (95% interval 0.025 to 0.060): 99.5% of them in the fifth
+of items with the smallest margin. So a task's items are cut into eighths by the baseline's
+|margin|, smallest first, and eighth h is read with probability ``SHARES[h]`` (1, 1/2, 1/4, 1/8,
+then 1/16: 27% of the items), about the square root of that curve's propensity (the reading that
+keeps most of the information per item read: Neyman's allocation). Each item is drawn on its own
+(Poisson sampling) by a uniform number fixed by the seed, the task and the document, so every
+process, a sharded gate's judge included, draws the same items. An item read at probability pi
+stands for 1/pi items (Horvitz-Thompson): the estimate of the whole task's change is unbiased
+whatever the flips, and the weights are integers, which keeps the test exact
+(``compare/stats/weighted.py``). Items without a margin (generation, continuous metrics) are read
+with probability 1.
 
 Looks nest: at a fraction t of the design, item i is read when u_i < t * pi_i, so the items of
 look k are among those of look k + 1 and each read item's weight is 1 / (t * pi_i); at t = 1 the
@@ -33,16 +36,16 @@ from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults, Sample
 from gatekeeper.results import groups
 
-# The share of each |margin| quarter read, smallest margin first. Powers of two: every read item's
+# The share of each |margin| eighth read, smallest margin first. Powers of two: every read item's
 # weight relative to the others is an integer, so the weighted flips' null distribution is exact.
-SHARES = (1.0, 0.5, 0.25, 0.125)
-# The stages read one after another (Design.read's scale): 47%, 69%, 88% and every item.
-SCALES = (1.0, 2.0, 4.0, 8.0)
+SHARES = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0625, 0.0625)
+# The stages read one after another (Design.read's scale): 27%, 41%, 56%, 75% and every item.
+SCALES = (1.0, 2.0, 4.0, 8.0, 16.0)
 # What ``plan`` assumes of a harmless change's flips: item i flips with a chance proportional to
-# exp(-rank_i / PROPENSITY_DECAY), rank_i its |margin| rank in [0, 1) smallest first: 81% of the
-# flips in the smallest-margin fifth (the demo's small defects put all of theirs there:
-# benchmarks/flip_propensity.py; benchmarks/informative_items.py simulates the same curve).
-PROPENSITY_DECAY = 0.12
+# exp(-rank_i / PROPENSITY_DECAY), rank_i its |margin| rank in [0, 1) smallest first. The least
+# concentrated curve the demo's measured flips allow (benchmarks/flip_propensity.py: decay 0.037,
+# 95% interval 0.025 to 0.060): 96% of the flips in the smallest-margin fifth.
+PROPENSITY_DECAY = 0.06
 
 
 def choice_margin(loglikelihoods: Sequence[float], gold: int) -> float:
@@ -118,7 +121,7 @@ def uniforms(task: str, size: int, seed: int) -> np.ndarray:
 
 
 def strata(margins: np.ndarray, count: int = len(SHARES)) -> np.ndarray:
-    """Each item's stratum: 0 for the quarter (of ``count``) with the smallest |margin|, up to
+    """Each item's stratum: 0 for the ``count``-th part with the smallest |margin|, up to
     count - 1; -1 for an item with no margin (NaN). Ties are cut by document order."""
     margins = np.abs(np.asarray(margins, dtype=float))
     known = ~np.isnan(margins)
