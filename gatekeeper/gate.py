@@ -483,7 +483,7 @@ def run_informative_gate(
 
     Each task's design comes from the baseline alone (``informative.designs_for``: its choice
     margins; a task that cannot be weighted exactly is read whole). Stage k reads the items the
-    design draws at scale ``SCALES[k]`` (47%, 69%, 88%, every item) that earlier stages did not; a
+    design draws at scale ``SCALES[k]`` (27%, 41%, 56%, 75%, every item) that earlier stages did not; a
     task stops at the first stage whose read flips hold most of the information of reading every
     item (``weighted.until_informed``: it looks only at which items flipped, never which way, so
     the test keeps its exact level). Then one comparison of the items read, each standing for

@@ -220,7 +220,7 @@ def test_reading_until_informed_keeps_the_fixed_gates_power_on_two_fifths_of_the
     """Along the measured curve it reads 39% of the items, under half of the 88% today's
     sequential gate reads of such pairs (benchmarks/informative_items.py --sequential), and
     catches a 3-point drop as often as reading every item, within Monte Carlo error
-    (benchmarks/informative_items.py --until-informed, 2,000 simulations: 89.9% / 61.2% at
+    (benchmarks/informative_items.py --until-informed, 2,000 simulations: 89.8% / 61.2% at
     0.05 / 0.005 against 89.9% / 62.5%); with flips spread evenly it reads every item and decides
     as the fixed gate does."""
     k = len(bench.LEVELS)
