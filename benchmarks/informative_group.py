@@ -15,9 +15,10 @@ a drop adds losses of right items along the same curve (a drop flips more items,
 
 - the fixed gate: every item;
 - the informative gate: each subject's design (results/informative.py), the group's stage chosen
-  by ``until_informed`` (compare/stats/weighted.py) on all its subjects' flips together, as the
-  gate does (``informative.stage_units``; ``--per-task``: each subject on its own), the items
-  weighed (``informative.weigh``).
+  by ``until_informed`` (compare/stats/weighted.py) on all its subjects' flips together, or an
+  earlier one where the comparison so far shows no drop to find (``sequential.futile_units``), as
+  the gate does (``informative.stage_units``; ``--per-task``: each subject on its own, the stage
+  rule only), the items weighed (``informative.weigh``).
 
 Scenarios (issue #57's list): harmless; a diffuse 0.5-point loss; one 265-item subject 8 points
 worse. Printed: the share of simulations that fail, and the share of the items read.
@@ -34,8 +35,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gatekeeper.compare import sequential  # noqa: E402
 from gatekeeper.compare.compare import compare_runs  # noqa: E402
-from gatekeeper.compare.stats.weighted import until_informed  # noqa: E402
+from gatekeeper.compare.stats.weighted import MIN_FLIPS, informed_share, until_informed  # noqa: E402
 from gatekeeper.results import informative, subset  # noqa: E402
 from gatekeeper.suite.policy import Policy  # noqa: E402
 from tests.synthetic import MMLU_SIZES, as_group, run, series  # noqa: E402
@@ -80,6 +82,18 @@ def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, p
             flips = np.concatenate([np.asarray(b.values) != np.asarray(c.values)
                                     for b, c in zip(base_parts, cand_parts, strict=True)])
             group_stage = until_informed(flips, whole)
+            for i, scale in enumerate(informative.SCALES[:group_stage]):  # an early pass first, as the gate
+                changed = np.flatnonzero(whole.read(scale) & flips)
+                if changed.size < MIN_FLIPS:
+                    continue
+                docs = {t: np.flatnonzero(d.read(scale)) for t, d in designs.items()}
+                base_g, cand_g = as_group(run(*base_parts, name="base"), "g"), as_group(run(*cand_parts, name="cand"), "g")
+                outcome = compare_runs(subset.restrict(base_g, docs),
+                                       informative.weigh(subset.restrict(cand_g, docs), designs, scale), policy)
+                if sequential.futile_units(outcome, {tuple(designs): informed_share(whole.weights(changed, scale))},
+                                           ALPHA, len(informative.SCALES)):
+                    group_stage = i
+                    break
             scales = dict.fromkeys(designs, informative.SCALES[group_stage])
         base, cand = as_group(run(*base_parts, name="base"), "g"), as_group(run(*cand_parts, name="cand"), "g")
         fixed += compare_runs(base, cand, policy).verdict == "fail"

@@ -45,7 +45,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gatekeeper.compare.stats.mcnemar import mcnemar  # noqa: E402
-from gatekeeper.compare.stats.weighted import until_informed, weighted_flip_test  # noqa: E402
+from gatekeeper.compare.stats.weighted import (  # noqa: E402
+    MIN_FLIPS,
+    informed_share,
+    until_informed,
+    weighted_flip_test,
+)
 from gatekeeper.results import informative  # noqa: E402
 
 LEVELS = (0.05, 0.005)
@@ -194,11 +199,33 @@ def simulate_sequential(n: int, flip_rate: float, shape: str, drop: float, sims:
 # ----------------------------------------------------------------------------- reading until informed
 
 
+def read_stage(base: np.ndarray, cand: np.ndarray, drawn: informative.Design) -> float:
+    """The scale an informative gate stops one task at (gate.py ``_informative_stages``): the
+    first stage informed (``until_informed``), or, before it, one whose read flips (at least
+    MIN_FLIPS) show no drop the gate is designed to catch at alpha 0.05 (``futile_units``'s
+    rule: the informative futility beta, the information fraction estimated from the read flips)."""
+    from gatekeeper.compare import sequential as seq
+
+    flipped = base != cand
+    informed = until_informed(flipped, drawn)
+    n = base.size
+    for scale in SCALES[:informed]:
+        read = np.flatnonzero(drawn.read(scale))
+        weights = drawn.weights(read, scale)
+        changed = flipped[read]
+        if changed.sum() >= MIN_FLIPS:
+            r = weighted_flip_test(base[read], cand[read], weights, n, True, 0.9, exact=False)
+            if seq.futile(-r.delta, r.se, n, MARGIN, informed_share(weights[changed]), len(SCALES), 0.05,
+                          seq.INFORMATIVE_FUTILITY_BETA):
+                return scale
+    return SCALES[informed]
+
+
 def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: int, seed: int) -> dict[str, np.ndarray]:
     """{design: [p below each level..., failed at each level..., share read]} for every item and
-    for reading stage by stage until informed (compare/stats/weighted.until_informed), on the
-    same data; each with the exact test and with mid-p (the gate's default, policy.exact_mcnemar
-    false)."""
+    for reading stage by stage until informed or shown futile (``read_stage``: the gate's rule), on
+    the same data; each with the exact test and with mid-p (the gate's default,
+    policy.exact_mcnemar false)."""
     rng = np.random.default_rng(seed)
     q = propensity(n, flip_rate, shape)
     pi = informative.design("t", np.arange(n, dtype=float), seed=seed).pi
@@ -209,7 +236,7 @@ def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: i
         base, cand = draw(rng, q, flip_rate, drop)
         u = informative.uniforms("t", n, seed * 100_003 + sim)
         drawn = informative.Design("t", pi, u)
-        s = SCALES[until_informed(base != cand, drawn)]
+        s = read_stage(base, cand, drawn)
         read = np.flatnonzero(drawn.read(s))
         weights = drawn.weights(read, s)
         for level_i, level in enumerate(LEVELS):

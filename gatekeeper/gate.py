@@ -47,7 +47,7 @@ from gatekeeper.compare.compat import (
     dataset_moves,
 )
 from gatekeeper.compare.outcome import Outcome
-from gatekeeper.compare.stats.weighted import MIN_FLIPS, until_informed
+from gatekeeper.compare.stats.weighted import MIN_FLIPS, informed_share, until_informed
 from gatekeeper.errors import GateError
 from gatekeeper.files import portable_path
 from gatekeeper.model import RunResults, TrendEntry
@@ -553,6 +553,7 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
     scales = informative.SCALES
     read = {task: np.zeros(d.pi.size, dtype=bool) for task, d in designs.items()}
     decided: dict[str, float] = {}
+    futile: set[str] = set()  # tasks whose stage passed them early: no drop the gate is designed to catch
     units = informative.stage_units(stored, designs, whole)
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
@@ -576,18 +577,47 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
             if k == len(scales) or all(read[t].all() for t in unit) \
                     or until_informed(flipped, informative.joined(designs, unit)) < k:
                 decided.update(dict.fromkeys(unit, scale))
+        if k < len(scales) and len(decided) < len(designs):
+            for unit in _futile(suite, stored, anchor, candidate, policy, designs, units, decided, scale):
+                decided.update(dict.fromkeys(unit, scale))
+                futile.update(unit)
         if len(decided) == len(designs):
             break
     docs = subset.docs_of(candidate)
     outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
                                 policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None,
                                 plan=_plan(suite, stored, baseline_path, policy))
-    info = _informative_report(designs, whole, decided, docs)
+    info = _informative_report(designs, whole, decided, docs, futile)
     log(info["summary"])
     outcome.notes.append(info["summary"])
     report_json = report.to_json(outcome)
     report_json["informative"] = info
     return GateResult(outcome.exit_code, outcome, None, None, report_json)
+
+
+def _futile(suite: Suite, stored: RunResults, anchor: RunResults | None, candidate: RunResults, policy: Policy,
+            designs: dict[str, informative.Design], units: list[tuple[str, ...]], decided: dict[str, float],
+            scale: float) -> list[tuple[str, ...]]:
+    """The units still reading whose every gated row shows, from the items read so far, no drop
+    the gate is designed to catch (``sequential.futile_units``); each unit's information fraction
+    estimated from its read flips as the stage rule does (at least ``MIN_FLIPS`` of them, else it
+    is not judged: too few say too little)."""
+    fractions = {}
+    for unit in units:
+        if unit[0] in decided:
+            continue
+        d = informative.joined(designs, unit)
+        flipped = np.concatenate([_flipped(stored, candidate, t, designs[t].pi.size) for t in unit])
+        read = np.flatnonzero(d.read(scale) & flipped)
+        if read.size >= MIN_FLIPS:
+            fractions[unit] = informed_share(d.weights(read, scale))
+    if not fractions:
+        return []
+    docs = subset.docs_of(candidate)
+    scales = {task: decided.get(task, scale) for task in designs}
+    outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, scales), suite,
+                                policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None)
+    return sequential.futile_units(outcome, fractions, policy.alpha, len(informative.SCALES))
 
 
 def _replayed_informative_gate(suite: Suite, full: GateResult, reference: Path,
@@ -619,11 +649,12 @@ def _flipped(stored: RunResults, candidate: RunResults, task: str, n: int) -> np
 
 
 def _informative_report(designs: dict[str, informative.Design], whole: dict[str, str], decided: dict[str, float],
-                        docs: dict[str, np.ndarray]) -> dict[str, Any]:
+                        docs: dict[str, np.ndarray], futile: set[str]) -> dict[str, Any]:
     """What the report says of an informative gate: items read per task, where each stopped, and
     which tasks were read whole and why."""
     items = {task: {"read": int(np.asarray(docs.get(task, ())).size), "total": int(d.pi.size),
-                    "stage": informative.SCALES.index(decided[task]) + 1, "whole": whole.get(task)}
+                    "stage": informative.SCALES.index(decided[task]) + 1, "whole": whole.get(task),
+                    "futile": task in futile}
              for task, d in sorted(designs.items())}
     read, total = sum(v["read"] for v in items.values()), sum(v["total"] for v in items.values())
     summary = (f"informative: read {read:,} of {total:,} items ({read / total:.0%}), chosen from the baseline: the "
@@ -631,6 +662,8 @@ def _informative_report(designs: dict[str, informative.Design], whole: dict[str,
                "is still estimated and tested")
     if whole:
         summary += f"; read whole: {', '.join(f'{t} ({why})' for t, why in sorted(whole.items()))}"
+    if futile:  # passed early: reading on could not show the drop the gate is designed to catch
+        summary += f"; stopped early, no drop to find: {', '.join(sorted(futile))}"
     last = informative.SCALES[-1]
     read_on = sorted(t for t in designs if t not in whole and decided[t] == last)
     if read_on:  # the stage rule read on: the flips did not say enough at fewer items

@@ -213,7 +213,10 @@ def test_reading_until_informed_keeps_the_level_for_any_pattern_of_flips(shape: 
     for name, r in rates.items():
         for level_i, level in enumerate(bench.LEVELS):
             assert r[level_i] <= level + _allowance(level, sims), (name, level, r)
-    assert rates["until informed"][-1] == pytest.approx(0.39 if shape == "curve" else 1.0, abs=0.02)
+    # what it reads (the gate's rule: until informed, or shown futile; 2,000 simulations: 34%, 95%
+    # and 88%, where today's sequential gate reads 88% or 89% of each)
+    assert rates["until informed"][-1] == pytest.approx({"curve": 0.34, "confident": 0.96, "uniform": 0.86}[shape],
+                                                        abs=0.03)
 
 
 def test_reading_until_informed_keeps_the_fixed_gates_power_on_two_fifths_of_the_items() -> None:

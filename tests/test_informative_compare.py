@@ -14,7 +14,14 @@ import pytest
 
 from benchmarks import informative_items as bench
 from gatekeeper.compare.compare import _min_p, compare_runs
-from gatekeeper.compare.stats.weighted import WEIGHTED_MIDP, WEIGHTED_TEST, until_informed, weighted_flip_test
+from gatekeeper.compare.sequential import futile_units
+from gatekeeper.compare.stats.weighted import (
+    MIN_FLIPS,
+    WEIGHTED_MIDP,
+    WEIGHTED_TEST,
+    informed_share,
+    weighted_flip_test,
+)
 from gatekeeper.errors import GateError
 from gatekeeper.model import RunResults
 from gatekeeper.results import informative, subset
@@ -78,7 +85,8 @@ def test_a_read_row_is_the_weighted_flips_test_of_the_whole_task(exact: bool) ->
 
 def _simulate(shape: str, drop: float, sims: int, seed: int, scale: float | None = None) -> tuple[float, float, float]:
     """(the informative gate's failure rate, the fixed gate's on the same pairs, the share of items
-    read): the stage read until informed (or the design at ``scale``), one test there; margin 0.01."""
+    read): the stage the gate stops at (until informed, or shown futile; or the design at
+    ``scale``), one test there; margin 0.01."""
     rng = np.random.default_rng(seed)
     q = bench.propensity(N, FLIPS, shape)
     policy = Policy(alpha=ALPHA, margin=0.01)
@@ -86,8 +94,8 @@ def _simulate(shape: str, drop: float, sims: int, seed: int, scale: float | None
     for sim in range(sims):
         pair = _runs(*bench.draw(rng, q, FLIPS, drop))
         design = _design(seed * 1000 + sim)
-        flipped = pair[0].series[next(iter(pair[0].series))].values != pair[1].series[next(iter(pair[1].series))].values
-        at = scale or informative.SCALES[until_informed(flipped, design)]
+        b, c = pair[0].series[next(iter(pair[0].series))].values, pair[1].series[next(iter(pair[1].series))].values
+        at = scale or bench.read_stage(np.asarray(b), np.asarray(c), design)  # informed, or shown futile
         informed += compare_runs(*_read(*pair, {"t": design}, at), policy).verdict == "fail"
         fixed += compare_runs(*pair, policy).verdict == "fail"
         read += float(design.read(at).mean())
@@ -103,8 +111,8 @@ def test_harmless_changes_fail_an_informative_gate_at_most_alpha(shape: str, sca
     """Along the measured curve, and with every flip among the items the baseline was surest of:
     read until informed (which then reads every item) and, forced, at the design's first stage
     (27% of the items, each flip read standing for 16). The false-alarm rate holds whatever flips
-    (measured, 300 simulations each: 0.053 reading 38%, the fixed gate 0.050; 0.060 reading every
-    item, 0.060; 0.007 at the first stage)."""
+    (measured, 300 simulations each: 0.053 reading 33%, the fixed gate 0.050; 0.060 reading 95%,
+    0.060; 0.007 at the first stage)."""
     informed, fixed, read = _simulate(shape, 0.0, 300, seed=5741 + len(shape), scale=scale)
     print(f"{shape}: informative {informed:.3f} reading {read:.0%}, fixed {fixed:.3f}")
     assert informed <= ALPHA + _allowance(ALPHA, 300), (informed, fixed)
@@ -113,7 +121,7 @@ def test_harmless_changes_fail_an_informative_gate_at_most_alpha(shape: str, sca
 def test_a_real_drop_is_caught_about_as_often_as_reading_every_item() -> None:
     """A 2-point drop at margin 0.01 along the measured curve (seed 5743, 200 simulations: 87.5%
     reading 38% of the items, the fixed gate 89.5%); flips spread evenly read every item and keep
-    the power (88.0% against 88.0%)."""
+    the power (87.5% against 88.0%)."""
     informed, fixed, read = _simulate("curve", 0.02, 200, seed=5743)
     print(f"2-point drop: informative {informed:.3f} reading {read:.0%}, fixed {fixed:.3f}")
     assert read <= 0.44 and informed >= fixed - 0.03, (informed, fixed, read)
@@ -177,8 +185,9 @@ def test_rules_still_apply_to_a_read_row() -> None:
 
 def test_plan_expects_the_share_an_informative_gate_reads() -> None:
     """``plan`` prints what ``gate --items informative`` is expected to read on a harmless change:
-    on 1,000 items at 5% flips along the curve, the share the gate's simulation above reads (40%),
-    and every item on a baseline without margins."""
+    on 1,000 items at 5% flips along the curve, the stage rule's share (38%), at most what the
+    gate's rule reads with its early passes (measured: 33%) plus a few points, and every item on a
+    baseline without margins."""
     from gatekeeper.compare.plan import plan
 
     rng = np.random.default_rng(5748)
@@ -188,7 +197,7 @@ def test_plan_expects_the_share_an_informative_gate_reads() -> None:
     p = plan(with_margins, Policy(alpha=ALPHA, margin=0.01), suite="s", flip_rate=FLIPS, looks=4, design_seed=7)
     _, _, read = _simulate("curve", 0.0, 100, seed=5749)
     print(f"plan {p.informative_share:.3f}, the gate's simulation {read:.3f}")
-    assert abs(p.informative_share - read) < 0.03 and p.informative_whole == {}, (p.informative_share, read)
+    assert read <= p.informative_share < read + 0.06 and p.informative_whole == {}, (p.informative_share, read)
     bare = plan(baseline, Policy(alpha=ALPHA, margin=0.01), suite="s", flip_rate=FLIPS, looks=4)
     assert math.isnan(bare.informative_share) and bare.informative_whole == {"t": "the baseline has no choice margins for it"}
 
@@ -238,3 +247,33 @@ def test_a_size_weighted_groups_subtasks_choose_their_stage_together() -> None:
     assert informative.stage_units(r, designs, whole) == [("a", "b", "c"), ("d",)]
     joined = informative.joined(designs, ("a", "b", "c"))
     assert joined.pi.size == 300 and np.array_equal(joined.u[100:200], designs["b"].u)
+
+
+def test_a_stage_passes_early_only_where_no_drop_is_to_be_found() -> None:
+    """``sequential.futile_units`` on a stage's comparison (what gate.py asks before reading on):
+    harmless pairs with flips spread evenly (the stage rule alone would read every item) pass
+    early at some stage in many simulations (17 of these 40), and where one does its row is no regression at that
+    stage (a pass only removes failures); a 4-point drop never passes early; a unit with no
+    fraction (fewer than 20 read flips) is not judged."""
+    rng = np.random.default_rng(5760)
+    policy = Policy(alpha=ALPHA, margin=0.01)
+    passed = 0
+    for sim in range(40):
+        base, cand = bench.draw(rng, bench.propensity(N, FLIPS, "uniform"), FLIPS, 0.0)
+        design = _design(100 + sim)
+        for scale in informative.SCALES[:-1]:
+            outcome = compare_runs(*_read(*_runs(base, cand), {"t": design}, scale), policy)
+            changed = np.flatnonzero(design.read(scale) & (base != cand))
+            if changed.size < MIN_FLIPS:
+                continue
+            t = informed_share(design.weights(changed, scale))
+            if futile_units(outcome, {("t",): t}, ALPHA, len(informative.SCALES)):
+                assert outcome.comparisons[0].verdict != "regressed"
+                passed += 1
+                break
+    assert passed >= 12, passed
+    base, cand = bench.draw(rng, bench.propensity(N, FLIPS, "uniform"), FLIPS, 0.04)
+    for scale in informative.SCALES[:-1]:
+        outcome = compare_runs(*_read(*_runs(base, cand), {"t": _design(7)}, scale), policy)
+        assert futile_units(outcome, {("t",): 0.5}, ALPHA, len(informative.SCALES)) == [], scale
+    assert futile_units(outcome, {}, ALPHA, len(informative.SCALES)) == []

@@ -30,7 +30,7 @@ calls these between them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
@@ -45,6 +45,11 @@ from gatekeeper.compare.outcome import Outcome
 
 DEFAULT_LOOKS = 4
 FUTILITY_BETA = 0.005  # the most power early passes may cost at the design alternative
+# An informative gate's stages (gate --items informative, issue #57) spend up to 2 points there:
+# the issue's bound on its power against the fixed gate, measured well inside it
+# (benchmarks/informative_items.py), and what lets flips spread evenly stop where a sequential
+# gate's looks do (88% of the items).
+INFORMATIVE_FUTILITY_BETA = 0.02
 POWER = 0.80  # the power the design alternative's MDE is computed at
 
 
@@ -295,3 +300,26 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, beta: float
     done = frozenset(task for task, all_futile in tasks.items() if all_futile)
     stop = bool(gated) and len(done) == len(tasks)
     return LookDecision(look, frac, level, "pass" if stop else "continue", flags, done)
+
+
+def futile_units(outcome: Outcome, fractions: Mapping[tuple[str, ...], float], alpha: float, looks: int,
+                 beta: float = INFORMATIVE_FUTILITY_BETA) -> list[tuple[str, ...]]:
+    """An informative gate's stage (issue #57): the units (tasks that stop together) of
+    ``fractions`` whose every gated comparison, the anchor's too, shows its drop below the design
+    alternative (``futile``) at the unit's estimated information fraction. ``outcome``: the
+    comparison of the items read so far, each standing for what the design says. A stage's test
+    spends no alpha, so each row's level is its share of alpha. A pass, never a failure: it only
+    removes failures, never adds one."""
+    gated = [c for c in outcome.comparisons if c.gated] + [c for c in outcome.anchor_comparisons if c.gated]
+    held = [c.share for c in gated if c.share > 0]
+    floor = min(held) if held else 1.0
+    out: list[tuple[str, ...]] = []
+    for unit, t in fractions.items():
+        rows = [c for c in gated if set(c.subtasks or (c.key.task,)) & set(unit)]
+        if not rows or not 0.0 < t < 1.0:
+            continue
+        stops = futile([c.drop for c in rows], [c.test.se for c in rows], [c.test.n for c in rows],
+                       [c.margin for c in rows], t, looks, np.array([alpha * (c.share or floor) for c in rows]), beta)
+        if bool(np.all(stops)):
+            out.append(unit)
+    return out

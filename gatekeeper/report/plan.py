@@ -41,10 +41,10 @@ def _summary(p: Plan) -> list[str]:
         lines.append(f"a sequential gate ({p.looks} looks) is expected to evaluate {p.sequential_share:.0%} of the "
                      "items on a harmless change (the fixed gate: all of them)")
     if math.isfinite(p.informative_share):
-        lines.append(f"an informative gate (--items informative) is expected to read {p.informative_share:.0%} if the "
-                     "flips follow the baseline's margins as a small change's do, every item if they are spread "
-                     "evenly" + (f"; read whole: {', '.join(sorted(p.informative_whole))}" if p.informative_whole
-                                 else ""))
+        lines.append(f"an informative gate (--items informative) is expected to read at most {p.informative_share:.0%} "
+                     "if the flips follow the baseline's margins as a small change's do (an early pass, where no drop "
+                     "is to be found, reads less), and about what a sequential gate does if they are spread evenly"
+                     + (f"; read whole: {', '.join(sorted(p.informative_whole))}" if p.informative_whole else ""))
     elif p.informative_whole:
         task, why = sorted(p.informative_whole.items())[0]
         lines.append(f"an informative gate (--items informative) cannot read this baseline's items in part ({task}: "
