@@ -526,9 +526,8 @@ def _informative_designs(suite: Suite, stored: RunResults | None, baseline_path:
     if len(whole) == len(designs):
         task, why = sorted(whole.items())[0]
         raise GateError(f"{baseline_path}: no task can be read informatively (task {task}: {why}"
-                        f"{f', and {len(whole) - 1} more' if len(whole) > 1 else ''}); baselines keep each "
-                        "multiple-choice item's margin from this release on: promote a run of it (gatekeeper "
-                        "baseline promote RUN_DIR --suite ...), or gate with --items uniform")
+                        f"{f', and {len(whole) - 1} more' if len(whole) > 1 else ''}); only right/wrong items "
+                        "without clusters can be read in part and weighted exactly: gate with --items uniform")
     return designs, whole
 
 
@@ -538,7 +537,12 @@ def _informative_preview(designs: dict[str, informative.Design], whole: dict[str
     shares = [sum(d.expected_share(scale) * d.pi.size for d in designs.values()) / total
               for scale in informative.SCALES]
     lines = ["informative: the stages read about " + ", ".join(f"{x:.0%}" for x in shares) + f" of the {total:,} "
-             "items; each task stops at the first whose flips hold 95% of the information of reading every item"]
+             "items; each task stops at the first whose flips hold 95% of the information of reading every item, "
+             "or earlier where they show no drop to find"]
+    uniform = sorted(t for t, d in designs.items() if d.uniform)
+    if uniform:
+        lines.append("  read uniformly (the baseline kept no choice margins for them: promote a run of this release "
+                     "to read their likely flips first): " + ", ".join(uniform))
     if whole:
         lines.append("  read whole: " + ", ".join(f"{t} ({why})" for t, why in sorted(whole.items())))
     return lines
@@ -654,7 +658,7 @@ def _informative_report(designs: dict[str, informative.Design], whole: dict[str,
     which tasks were read whole and why."""
     items = {task: {"read": int(np.asarray(docs.get(task, ())).size), "total": int(d.pi.size),
                     "stage": informative.SCALES.index(decided[task]) + 1, "whole": whole.get(task),
-                    "futile": task in futile}
+                    "uniform": d.uniform, "futile": task in futile}
              for task, d in sorted(designs.items())}
     read, total = sum(v["read"] for v in items.values()), sum(v["total"] for v in items.values())
     summary = (f"informative: read {read:,} of {total:,} items ({read / total:.0%}), chosen from the baseline: the "
@@ -662,6 +666,9 @@ def _informative_report(designs: dict[str, informative.Design], whole: dict[str,
                "is still estimated and tested")
     if whole:
         summary += f"; read whole: {', '.join(f'{t} ({why})' for t, why in sorted(whole.items()))}"
+    uniform = sorted(t for t, d in designs.items() if d.uniform)
+    if uniform:  # no margins to read the likely flips first by
+        summary += (f"; read uniformly (the baseline kept no choice margins for them): {', '.join(uniform)}")
     if futile:  # passed early: reading on could not show the drop the gate is designed to catch
         summary += f"; stopped early, no drop to find: {', '.join(sorted(futile))}"
     last = informative.SCALES[-1]

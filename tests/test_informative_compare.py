@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,8 +187,8 @@ def test_rules_still_apply_to_a_read_row() -> None:
 def test_plan_expects_the_share_an_informative_gate_reads() -> None:
     """``plan`` prints what ``gate --items informative`` is expected to read on a harmless change:
     on 1,000 items at 5% flips along the curve, the stage rule's share (38%), at most what the
-    gate's rule reads with its early passes (measured: 33%) plus a few points, and every item on a
-    baseline without margins."""
+    gate's rule reads with its early passes (measured: 33%) plus a few points; on a baseline
+    without margins the task is read uniformly, and the stage rule reads every item."""
     from gatekeeper.compare.plan import plan
 
     rng = np.random.default_rng(5748)
@@ -199,7 +200,8 @@ def test_plan_expects_the_share_an_informative_gate_reads() -> None:
     print(f"plan {p.informative_share:.3f}, the gate's simulation {read:.3f}")
     assert read <= p.informative_share < read + 0.06 and p.informative_whole == {}, (p.informative_share, read)
     bare = plan(baseline, Policy(alpha=ALPHA, margin=0.01), suite="s", flip_rate=FLIPS, looks=4)
-    assert math.isnan(bare.informative_share) and bare.informative_whole == {"t": "the baseline has no choice margins for it"}
+    # no margins: read uniformly; with flips anywhere the stage rule reads every item (an early pass may stop sooner)
+    assert bare.informative_share == 1.0 and bare.informative_whole == {}
 
 
 def test_flips_only_in_one_subjects_surest_items_keep_the_suites_level() -> None:
@@ -243,8 +245,8 @@ def test_a_size_weighted_groups_subtasks_choose_their_stage_together() -> None:
                 provenance=replace(r.provenance, manifest=manifest),
                 choice_margins={t: (np.arange(100), np.arange(100, dtype=float)) for t in ("a", "b", "c", "d")})
     designs, whole = informative.designs_for(r, 3)
-    assert whole == {"e": "the baseline has no choice margins for it"}
-    assert informative.stage_units(r, designs, whole) == [("a", "b", "c"), ("d",)]
+    assert whole == {} and designs["e"].uniform and not designs["d"].uniform  # e: no margins, read uniformly
+    assert informative.stage_units(r, designs, whole) == [("a", "b", "c"), ("d",), ("e",)]
     joined = informative.joined(designs, ("a", "b", "c"))
     assert joined.pi.size == 300 and np.array_equal(joined.u[100:200], designs["b"].u)
 
@@ -277,3 +279,21 @@ def test_a_stage_passes_early_only_where_no_drop_is_to_be_found() -> None:
         outcome = compare_runs(*_read(*_runs(base, cand), {"t": _design(7)}, scale), policy)
         assert futile_units(outcome, {("t",): 0.5}, ALPHA, len(informative.SCALES)) == [], scale
     assert futile_units(outcome, {}, ALPHA, len(informative.SCALES)) == []
+
+
+def test_a_baseline_with_nothing_to_read_in_part_is_an_error_naming_why(tmp_path: Path) -> None:
+    """Only right/wrong items without clusters can be read in part: a baseline of none is exit 2
+    naming the first task and why (a right/wrong task without margins is read uniformly)."""
+    from gatekeeper.gate import _informative_designs
+    from gatekeeper.suite.suite import load_suite
+
+    rng = np.random.default_rng(5761)
+    continuous = run(series("ppl", "bits_per_byte", rng.random(50)), name="base")
+    suite = load_suite(Path(__file__).resolve().parents[1] / "examples" / "gatekeeper.yaml")
+    with pytest.raises(GateError, match=r"base.json.gz: no task can be read informatively \(task ppl: bits_per_byte "
+                                        r"is not right/wrong\); only right/wrong items without clusters can be read "
+                                        r"in part and weighted exactly: gate with --items uniform"):
+        _informative_designs(suite, continuous, tmp_path / "base.json.gz", Policy(alpha=ALPHA))
+    designs, whole = _informative_designs(suite, run(series("t", "acc", (rng.random(50) < 0.5).astype(float)),
+                                                     name="base"), tmp_path / "base.json.gz", Policy(alpha=ALPHA))
+    assert whole == {} and designs["t"].uniform and designs["t"].expected_share() == informative.UNIFORM_SHARE

@@ -152,7 +152,7 @@ def _informative_share(baseline: RunResults, rows: list[PlanRow], design_seed: i
         parts = []
         for task in unit:  # each task's flip chances along the curve at its flip share
             ranks = informative.margin_ranks(baseline, task, designs[task].pi.size)
-            q = np.exp(-ranks / informative.PROPENSITY_DECAY)
+            q = np.ones(designs[task].pi.size) if ranks is None else np.exp(-ranks / informative.PROPENSITY_DECAY)
             parts.append(np.minimum(1.0, q * rates.get(task, ASSUMED_FLIP_RATE) / q.mean()))
         q = np.concatenate(parts)
         d = informative.joined(designs, unit)

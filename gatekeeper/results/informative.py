@@ -41,6 +41,10 @@ from gatekeeper.results import groups
 SHARES = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0625, 0.0625)
 # The stages read one after another (Design.read's scale): 27%, 41%, 56%, 75% and every item.
 SCALES = (1.0, 2.0, 4.0, 8.0, 16.0)
+# A right/wrong task whose baseline kept no margins (a generation task, or a baseline recorded
+# before them) is read uniformly: each item at this chance, so its stages read a quarter, half and
+# every item (a sequential gate's looks), passing early where no drop is to be found.
+UNIFORM_SHARE = 0.25
 # What ``plan`` assumes of a harmless change's flips: item i flips with a chance proportional to
 # exp(-rank_i / PROPENSITY_DECAY), rank_i its |margin| rank in [0, 1) smallest first. The least
 # concentrated curve the demo's measured flips allow (benchmarks/flip_propensity.py: decay 0.037,
@@ -140,6 +144,7 @@ class Design:
     task: str
     pi: np.ndarray
     u: np.ndarray
+    uniform: bool = False  # no margins: every item at UNIFORM_SHARE
 
     def read(self, t: float = 1.0) -> np.ndarray:
         """Which documents are read at scale ``t`` of the design (a bool per doc_id; t = 1 the
@@ -182,9 +187,10 @@ def design(task: str, margins: np.ndarray, seed: int, shares: Sequence[float] = 
 def designs_for(baseline: RunResults, seed: int, shares: Sequence[float] = SHARES
                 ) -> tuple[dict[str, Design], dict[str, str]]:
     """Each task's design from the baseline alone, and why a task is read whole (every item read
-    with certainty, each standing for itself): only right/wrong items without clusters, whose
-    choice margins the baseline kept, can be weighted exactly; a subtask of a group that averages
-    its subtasks' scores cannot yet. The comparison refuses any other read of part of a task."""
+    with certainty, each standing for itself): only right/wrong items without clusters can be
+    weighted exactly, by their choice margins where the baseline kept them, else uniformly
+    (``UNIFORM_SHARE``); a subtask of a group that averages its subtasks' scores cannot yet. The
+    comparison refuses any other read of part of a task."""
     whole: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for key, s in sorted(baseline.series.items(), key=lambda kv: str(kv[0])):
@@ -208,10 +214,11 @@ def designs_for(baseline: RunResults, seed: int, shares: Sequence[float] = SHARE
     designs = {}
     for task, n in sizes.items():
         margins = baseline.choice_margins.get(task)
-        if task not in whole and margins is None:
-            whole[task] = "the baseline has no choice margins for it"
         if task in whole:
             designs[task] = Design(task, np.ones(n), uniforms(task, n, seed))
+            continue
+        if margins is None:
+            designs[task] = Design(task, np.full(n, UNIFORM_SHARE), uniforms(task, n, seed), uniform=True)
             continue
         d = design(task, margins[1], seed, shares, doc_ids=margins[0])
         if d.pi.size < n:  # documents the margins do not list: read with certainty
@@ -243,7 +250,7 @@ def joined(designs: Mapping[str, Design], tasks: Sequence[str]) -> Design:
     if len(tasks) == 1:
         return designs[tasks[0]]
     return Design("+".join(tasks), np.concatenate([designs[t].pi for t in tasks]),
-                  np.concatenate([designs[t].u for t in tasks]))
+                  np.concatenate([designs[t].u for t in tasks]), all(designs[t].uniform for t in tasks))
 
 
 def weigh(run: RunResults, designs: Mapping[str, Design], scale: float | Mapping[str, float]) -> RunResults:
