@@ -482,11 +482,12 @@ def run_informative_gate(
     flip first, stage by stage, and test once.
 
     Each task's design comes from the baseline alone (``informative.designs_for``: its choice
-    margins; a task that cannot be weighted exactly is read whole). Stage k reads the items the
-    design draws at scale ``SCALES[k]`` (27%, 41%, 56%, 75%, every item) that earlier stages did not; a
-    task stops at the first stage whose read flips hold most of the information of reading every
-    item (``weighted.until_informed``: it looks only at which items flipped, never which way, so
-    the test keeps its exact level). Then one comparison of the items read, each standing for
+    margins, else every item at one chance; a task that cannot be weighted exactly is read
+    whole). Stage k reads the items the design draws at scale ``SCALES[k]`` (27%, 41%, 56%, 75%,
+    every item) that earlier stages did not; a task stops at the first stage whose read flips hold
+    most of the information of reading every item (``weighted.until_informed``: it looks only at
+    which items flipped, never which way, so the test keeps its level), or earlier where its rows
+    show no drop the gate is designed to catch (``_futile``: a pass, never a failure). Then one comparison of the items read, each standing for
     what the design says (``informative.weigh``), against the baseline cut to them: the whole
     suite's change, estimated and tested. One run folder per stage under ``out_dir``; never
     recorded or promoted (a sample of the items)."""
@@ -541,8 +542,8 @@ def _informative_preview(designs: dict[str, informative.Design], whole: dict[str
              "or earlier where they show no drop to find"]
     uniform = sorted(t for t, d in designs.items() if d.uniform)
     if uniform:
-        lines.append("  read uniformly (the baseline kept no choice margins for them: promote a run of this release "
-                     "to read their likely flips first): " + ", ".join(uniform))
+        lines.append("  read uniformly (the baseline kept no choice margins for them; a multiple-choice task's are "
+                     "kept by a baseline recorded or promoted from this release on): " + ", ".join(uniform))
     if whole:
         lines.append("  read whole: " + ", ".join(f"{t} ({why})" for t, why in sorted(whole.items())))
     return lines
@@ -577,7 +578,7 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
         for unit in units:
             if unit[0] in decided:
                 continue
-            flipped = np.concatenate([_flipped(stored, candidate, t, designs[t].pi.size) for t in unit])
+            flipped = _unit_flips(stored, candidate, designs, unit)
             if k == len(scales) or all(read[t].all() for t in unit) \
                     or until_informed(flipped, informative.joined(designs, unit)) < k:
                 decided.update(dict.fromkeys(unit, scale))
@@ -611,8 +612,7 @@ def _futile(suite: Suite, stored: RunResults, anchor: RunResults | None, candida
         if unit[0] in decided:
             continue
         d = informative.joined(designs, unit)
-        flipped = np.concatenate([_flipped(stored, candidate, t, designs[t].pi.size) for t in unit])
-        read = np.flatnonzero(d.read(scale) & flipped)
+        read = np.flatnonzero(d.read(scale) & _unit_flips(stored, candidate, designs, unit))
         if read.size >= MIN_FLIPS:
             fractions[unit] = informed_share(d.weights(read, scale))
     if not fractions:
@@ -639,6 +639,12 @@ def _replayed_informative_gate(suite: Suite, full: GateResult, reference: Path,
         return [(run, new)]  # subset.join keeps each stage's new documents of the whole run
 
     return _informative_stages(suite, stored, None, reference, suite.policy, designs, whole, evaluate, log)
+
+
+def _unit_flips(stored: RunResults, candidate: RunResults, designs: dict[str, informative.Design],
+                unit: tuple[str, ...]) -> np.ndarray:
+    """``_flipped`` of each task of a stage unit, in the unit's order (``informative.joined``'s)."""
+    return np.concatenate([_flipped(stored, candidate, t, designs[t].pi.size) for t in unit])
 
 
 def _flipped(stored: RunResults, candidate: RunResults, task: str, n: int) -> np.ndarray:

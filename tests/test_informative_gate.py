@@ -119,8 +119,9 @@ def test_informative_flags_that_cannot_apply_are_refused_before_anything_runs(tm
     proc = _gate("--model", checkpoint_arg("regressed"), "--items", "informative", "--baseline", str(DEMO_BASELINE),
                  "--dry-run")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "read uniformly (the baseline kept no choice margins for them: promote a run of this release to read " \
-           "their likely flips first): demo_arith_gen, demo_arith_mc, demo_capitals_mc" in proc.stdout, proc.stdout
+    assert "read uniformly (the baseline kept no choice margins for them; a multiple-choice task's are kept by a " \
+           "baseline recorded or promoted from this release on): demo_arith_gen, demo_arith_mc, demo_capitals_mc" \
+           in proc.stdout, proc.stdout
 
 
 def test_the_dry_run_says_what_the_stages_read(demo_gate: Callable) -> None:
