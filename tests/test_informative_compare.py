@@ -297,3 +297,29 @@ def test_a_baseline_with_nothing_to_read_in_part_is_an_error_naming_why(tmp_path
     designs, whole = _informative_designs(suite, run(series("t", "acc", (rng.random(50) < 0.5).astype(float)),
                                                      name="base"), tmp_path / "base.json.gz", Policy(alpha=ALPHA))
     assert whole == {} and designs["t"].uniform and designs["t"].expected_share() == informative.UNIFORM_SHARE
+
+
+def test_tarones_corner_holds_alpha_for_weighted_mid_p_rows_too() -> None:
+    """Issue #56's corner (47 subjects of 100 items with 14 flips, 10 with 2), each subject read
+    informatively but every read item standing for itself: the weighted mid-p test given 14
+    flips of weight 1 is McNemar's mid-p, and the suite's discreteness bound counts it as such
+    (its exact size given the read flips), so the design runs at the same scale, under 1, and
+    the bound is alpha. Counted as a continuous test, as the exact weighted test may be, the
+    bound would exceed alpha."""
+    from dataclasses import replace as with_
+
+    from benchmarks.tarone_corner import corner_pair
+    from gatekeeper.compare.stats.mcnemar import size_at
+    from gatekeeper.model import Sample
+
+    base, cand = corner_pair(np.random.default_rng(5614), 14)
+    fixed = compare_runs(base, cand, Policy(alpha=ALPHA))
+    # each subject stands for 16 more items than it read (read at 1/16, none drawn): weighted rows
+    weighed = with_(cand, series={k: with_(s, sample=Sample(np.ones(s.n), s.n + 16)) for k, s in cand.series.items()})
+    out = compare_runs(base, weighed, Policy(alpha=ALPHA))
+    rows = [c for c in out.comparisons if c.gated]
+    assert all(c.test.test == WEIGHTED_MIDP for c in rows)
+    assert out.alpha_scale == pytest.approx(fixed.alpha_scale) and out.alpha_scale < 1
+    bound = sum(size_at(c.test.null_table, out.alpha_scale * ALPHA * c.share) for c in rows)
+    naive = sum(size_at(c.test.null_table, ALPHA * c.share) for c in rows)
+    assert bound <= ALPHA < naive, (bound, naive)

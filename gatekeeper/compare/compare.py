@@ -453,8 +453,9 @@ def _discreteness_scale(family: list[Tested], gated_idx: list[int], shares: fami
     the suite at most alpha of the time, given the flips. Under the complete null the procedure's
     first rejection is at the starting shares, so the chance of any is at most the sum over rows
     of each test's size at its starting share: a continuous test's is its share; a McNemar row's
-    is exact given its flips (``mcnemar.rejection_table``), and mid-p's is above the share at
-    levels just past its values. Tarone's admission picks shares just past mid-p's smallest value
+    is exact given its flips (``mcnemar.rejection_table``; an informative read's weighted test's,
+    given its read flips and their weights, ``weighted.rejection_table``), and mid-p's is above
+    the share at levels just past its values. Tarone's admission picks shares just past mid-p's smallest value
     (47 subjects of 14 flips at 0.025/47: mid-p rejects at 13 of 14, probability 9.2e-4, not
     5.3e-4; the suite failed 6.8% of harmless pairs), so there the sum exceeds alpha and the whole
     design is run at the largest scale x alpha that brings it back to alpha. Elsewhere mid-p's
@@ -472,6 +473,8 @@ def _discreteness_scale(family: list[Tested], gated_idx: list[int], shares: fami
         if t.test.startswith("mcnemar") and t.counts is not None:
             if t.counts[1] + t.counts[2]:  # no flip: never rejects
                 discrete.append((w, rejection_table(t.counts[1] + t.counts[2], t.test == "mcnemar-exact")))
+        elif t.null_table is not None:  # an informative read's weighted test: its size given its read flips
+            discrete.append((w, t.null_table))
         else:
             continuous += w
 

@@ -50,6 +50,8 @@ class PairedTest:
     # task's items estimated to have flipped (its MDE's flip rate); ``n`` is then the whole task's.
     flip_share: float | None = None
     flips_read: int | None = None  # and how many of the items it read flipped (its smallest p: 0.5 ** flips_read)
+    # and its (p-values, sizes) given them (weighted.rejection_table): its exact size at any level
+    null_table: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def confidence_interval(self) -> tuple[float, float]:
         return (self.ci_low, self.ci_high)

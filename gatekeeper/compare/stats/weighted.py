@@ -44,6 +44,9 @@ class WeightedFlips:
     read: int  # items read
     flips: int  # of them, items that flipped
     n: int  # items the estimate stands for
+    # (p-values, sizes) given the read flips, as mcnemar.rejection_table: by the wrong-way sum
+    # lowest first, the test's p-value there and P(S >= it) under "no change"; last, never (0, 0)
+    table: tuple[np.ndarray, np.ndarray] = (np.array([1.0, 0.0]), np.array([1.0, 0.0]))
 
 
 def relative_weights(weights: np.ndarray) -> np.ndarray:
@@ -91,6 +94,17 @@ def _tail(support: np.ndarray, pmf: np.ndarray, observed: int, exact: bool) -> f
     return min(1.0, max(0.0, upper if exact else upper - 0.5 * float(pmf[at])))
 
 
+def rejection_table(support_pmf: tuple[np.ndarray, np.ndarray], exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(p-values, sizes) of the one-sided weighted test given its read flips (``null_distribution``'s
+    support and pmf): at each reachable wrong-way sum s, lowest first, the p-value (P(S >= s), or
+    mid-p) and the size when it rejects from s on, P(S >= s); last, never rejecting (0, 0). What
+    ``compare._discreteness_scale`` adds up, as for McNemar's rows."""
+    pmf = support_pmf[1][support_pmf[1] > 0]
+    tail = np.minimum(1.0, np.cumsum(pmf[::-1])[::-1])
+    p = tail if exact else np.clip(tail - 0.5 * pmf, 0.0, 1.0)
+    return np.append(p, 0.0), np.append(tail, 0.0)
+
+
 def weighted_flip_test(baseline: np.ndarray, candidate: np.ndarray, weights: np.ndarray, n: int,
                        higher_is_better: bool, confidence: float, exact: bool = True) -> WeightedFlips:
     """The weighted McNemar test of 0/1 items read by a design. ``weights``: what each read item
@@ -116,7 +130,7 @@ def weighted_flip_test(baseline: np.ndarray, candidate: np.ndarray, weights: np.
     se = math.sqrt(variance) / n
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     return WeightedFlips(delta, p_worse, p_better, delta - z * se, delta + z * se, se, int(base.size),
-                         int(flipped.sum()), n)
+                         int(flipped.sum()), n, rejection_table((support, pmf), exact))
 
 
 WEIGHTED_TEST = "weighted-mcnemar-exact"
@@ -147,7 +161,7 @@ def weighted_paired_test(baseline: np.ndarray, candidate: np.ndarray, weights: n
                       # under "no change" each flip's direction is a coin: the weighted sum's spread
                       se_null=math.sqrt(float(np.sum(np.square(weights[flipped])))) / total,
                       identical=w.flips == 0, flip_share=float(np.sum(weights[flipped])) / total,
-                      flips_read=w.flips)
+                      flips_read=w.flips, null_table=w.table)
 
 
 INFORMED = 0.95  # the share of the whole read's information a stage must hold to be decided at
