@@ -16,8 +16,9 @@ a drop adds losses of right items along the same curve (a drop flips more items,
 - the fixed gate: every item;
 - the informative gate: each subject's design (results/informative.py), the group's stage chosen
   by ``until_informed`` (compare/stats/weighted.py) on all its subjects' flips together, or an
-  earlier one where the comparison so far shows no drop to find (``sequential.futile_units``), as
-  the gate does (``informative.stage_units``; ``--per-task``: each subject on its own, the stage
+  earlier one whose comparison so far shows no drop to find (``sequential.futile_units``) or
+  fails on a drop shown beyond the margin at the stage's share of alpha, the final comparison at
+  the rest, as the gate does (``informative.stage_units``; ``--per-task``: each subject on its own, the stage
   rule only), the items weighed (``informative.weigh``).
 
 Scenarios (issue #57's list): harmless; a diffuse 0.5-point loss; one 265-item subject 8 points
@@ -65,6 +66,8 @@ def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, p
     """(the informative gate's failure rate, the fixed gate's, the share of items the informative read)."""
     rng = np.random.default_rng(seed)
     policy = Policy(alpha=ALPHA)
+    stage_alpha, final_alpha = sequential.informative_alphas(ALPHA, len(informative.SCALES))
+    stage_policy, final_policy = Policy(alpha=stage_alpha), Policy(alpha=final_alpha)
     informed = fixed = read = 0.0
     total = sum(MMLU_SIZES)
     for sim in range(sims):
@@ -76,22 +79,25 @@ def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, p
             cand_parts.append(series(task, "acc", c))
             designs[task] = informative.design(task, np.arange(n, dtype=float), seed=seed * 100_003 + sim * 64 + i)
             scales[task] = informative.SCALES[until_informed(b != c, designs[task])]
+        early = False
         if not per_task:  # one stage for the whole group (the gate's rule): its subjects' flips together
             whole = informative.Design("g", np.concatenate([d.pi for d in designs.values()]),
                                        np.concatenate([d.u for d in designs.values()]))
             flips = np.concatenate([np.asarray(b.values) != np.asarray(c.values)
                                     for b, c in zip(base_parts, cand_parts, strict=True)])
             group_stage = until_informed(flips, whole)
-            for i, scale in enumerate(informative.SCALES[:group_stage]):  # an early pass first, as the gate
-                changed = np.flatnonzero(whole.read(scale) & flips)
-                if changed.size < MIN_FLIPS:
-                    continue
+            base_g, cand_g = as_group(run(*base_parts, name="base"), "g"), as_group(run(*cand_parts, name="cand"), "g")
+            for i, scale in enumerate(informative.SCALES[:group_stage]):  # a stage first, as the gate's _interim
                 docs = {t: np.flatnonzero(d.read(scale)) for t, d in designs.items()}
-                base_g, cand_g = as_group(run(*base_parts, name="base"), "g"), as_group(run(*cand_parts, name="cand"), "g")
                 outcome = compare_runs(subset.restrict(base_g, docs),
-                                       informative.weigh(subset.restrict(cand_g, docs), designs, scale), policy)
-                if sequential.futile_units(outcome, {tuple(designs): informed_share(whole.weights(changed, scale))},
-                                           ALPHA, len(informative.SCALES)):
+                                       informative.weigh(subset.restrict(cand_g, docs), designs, scale), stage_policy)
+                if sequential.shown_beyond(outcome):  # a drop shown beyond its margin: fails here
+                    early, group_stage = True, i
+                    break
+                changed = np.flatnonzero(whole.read(scale) & flips)
+                if changed.size >= MIN_FLIPS and sequential.futile_units(
+                        outcome, {tuple(designs): informed_share(whole.weights(changed, scale))}, final_policy.alpha,
+                        len(informative.SCALES)):
                     group_stage = i
                     break
             scales = dict.fromkeys(designs, informative.SCALES[group_stage])
@@ -100,7 +106,7 @@ def simulate(drops: np.ndarray, sims: int, flip: float, tau: float, seed: int, p
         docs = {t: np.flatnonzero(d.read(scales[t])) for t, d in designs.items()}
         read += sum(v.size for v in docs.values()) / total
         weighed = informative.weigh(subset.restrict(cand, docs), designs, scales)
-        informed += compare_runs(subset.restrict(base, docs), weighed, policy).verdict == "fail"
+        informed += early or compare_runs(subset.restrict(base, docs), weighed, final_policy).verdict == "fail"
     return informed / sims, fixed / sims, read / sims
 
 

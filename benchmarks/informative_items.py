@@ -199,33 +199,41 @@ def simulate_sequential(n: int, flip_rate: float, shape: str, drop: float, sims:
 # ----------------------------------------------------------------------------- reading until informed
 
 
-def read_stage(base: np.ndarray, cand: np.ndarray, drawn: informative.Design) -> float:
-    """The scale an informative gate stops one task at (gate.py ``_informative_stages``): the
-    first stage informed (``until_informed``), or, before it, one whose read flips (at least
-    MIN_FLIPS) show no drop the gate is designed to catch at alpha 0.05 (``futile_units``'s
-    rule: the informative futility beta, the information fraction estimated from the read flips)."""
+def read_stage(base: np.ndarray, cand: np.ndarray, drawn: informative.Design, alpha: float = 0.05,
+               exact: bool = False) -> tuple[float, bool]:
+    """(the scale an informative gate stops one task at, whether it failed there early): gate.py
+    ``_informative_stages`` on one task. Before the first stage informed (``until_informed``),
+    each stage's comparison at its share of alpha (``informative_alphas``) fails on a drop shown
+    beyond the margin, and passes early where its read flips (at least MIN_FLIPS) show no drop the
+    gate is designed to catch (``futile_units``'s rule at the final alpha: the informative
+    futility beta, the information fraction estimated from the read flips)."""
     from gatekeeper.compare import sequential as seq
 
+    stage_alpha, final_alpha = seq.informative_alphas(alpha, len(SCALES))
     flipped = base != cand
     informed = until_informed(flipped, drawn)
     n = base.size
     for scale in SCALES[:informed]:
         read = np.flatnonzero(drawn.read(scale))
         weights = drawn.weights(read, scale)
+        r = weighted_flip_test(base[read], cand[read], weights, n, True, 1 - 2 * stage_alpha, exact=exact)
+        if fails(r.p_worse, r.ci_high, stage_alpha):
+            return scale, True
         changed = flipped[read]
-        if changed.sum() >= MIN_FLIPS:
-            r = weighted_flip_test(base[read], cand[read], weights, n, True, 0.9, exact=False)
-            if seq.futile(-r.delta, r.se, n, MARGIN, informed_share(weights[changed]), len(SCALES), 0.05,
-                          seq.INFORMATIVE_FUTILITY_BETA):
-                return scale
-    return SCALES[informed]
+        if changed.sum() >= MIN_FLIPS and seq.futile(-r.delta, r.se, n, MARGIN, informed_share(weights[changed]),
+                                                     len(SCALES), final_alpha, seq.INFORMATIVE_FUTILITY_BETA):
+            return scale, False
+    return SCALES[informed], False
 
 
 def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: int, seed: int) -> dict[str, np.ndarray]:
     """{design: [p below each level..., failed at each level..., share read]} for every item and
-    for reading stage by stage until informed or shown futile (``read_stage``: the gate's rule), on
-    the same data; each with the exact test and with mid-p (the gate's default,
-    policy.exact_mcnemar false)."""
+    for the informative gate's read of one task (``read_stage``: stage by stage until informed,
+    shown futile, or failed early; the final test at the level less the stages' share), on the
+    same data; each with the exact test and with mid-p (the gate's default, policy.exact_mcnemar
+    false). "p below" counts an early failure as a rejection. The share read is at level 0.05."""
+    from gatekeeper.compare.sequential import informative_alphas
+
     rng = np.random.default_rng(seed)
     q = propensity(n, flip_rate, shape)
     pi = informative.design("t", np.arange(n, dtype=float), seed=seed).pi
@@ -236,19 +244,22 @@ def simulate_adaptive(n: int, flip_rate: float, shape: str, drop: float, sims: i
         base, cand = draw(rng, q, flip_rate, drop)
         u = informative.uniforms("t", n, seed * 100_003 + sim)
         drawn = informative.Design("t", pi, u)
-        s = read_stage(base, cand, drawn)
-        read = np.flatnonzero(drawn.read(s))
-        weights = drawn.weights(read, s)
         for level_i, level in enumerate(LEVELS):
             for exact, suffix in ((True, ""), (False, ", mid-p")):
                 full = mcnemar(base, cand, True, 1 - 2 * level, exact=exact)
-                r = weighted_flip_test(base[read], cand[read], weights, n, True, 1 - 2 * level, exact=exact)
-                for name, p, hi in ((f"every item{suffix}", full.p_worse, full.ci_high),
-                                    (f"until informed{suffix}", r.p_worse, r.ci_high)):
-                    out[name][level_i] += p < level
-                    out[name][len(LEVELS) + level_i] += fails(p, hi, level)
-        for name in names:
-            out[name][-1] += 1.0 if name.startswith("every") else read.size / n
+                out[f"every item{suffix}"][level_i] += full.p_worse < level
+                out[f"every item{suffix}"][len(LEVELS) + level_i] += fails(full.p_worse, full.ci_high, level)
+                s, early = read_stage(base, cand, drawn, level, exact)
+                read = np.flatnonzero(drawn.read(s))
+                final = informative_alphas(level, len(SCALES))[1]
+                r = weighted_flip_test(base[read], cand[read], drawn.weights(read, s), n, True, 1 - 2 * final,
+                                       exact=exact)
+                out[f"until informed{suffix}"][level_i] += early or r.p_worse < final
+                out[f"until informed{suffix}"][len(LEVELS) + level_i] += early or fails(r.p_worse, r.ci_high, final)
+                if level_i == 0:
+                    out[f"until informed{suffix}"][-1] += read.size / n
+        out["every item"][-1] += 1.0
+        out["every item, mid-p"][-1] += 1.0
     return {k: v / sims for k, v in out.items()}
 
 

@@ -487,8 +487,9 @@ def run_informative_gate(
     every item) that earlier stages did not; a task stops at the first stage whose read flips hold
     most of the information of reading every item (``weighted.until_informed``: it looks only at
     which items flipped, never which way, so the test keeps its level), or earlier where its rows
-    show no drop the gate is designed to catch (``_futile``: a pass, never a failure). Then one comparison of the items read, each standing for
-    what the design says (``informative.weigh``), against the baseline cut to them: the whole
+    show no drop the gate is designed to catch (``_interim``: a pass, never a failure); a stage
+    fails the gate on a drop already shown beyond its margin at its small share of alpha. Then one
+    comparison of the items read, each standing for what the design says (``informative.weigh``), against the baseline cut to them: the whole
     suite's change, estimated and tested. One run folder per stage under ``out_dir``; never
     recorded or promoted (a sample of the items)."""
     suite = load_suite(suite_path)
@@ -562,6 +563,7 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
     units = informative.stage_units(stored, designs, whole)
     runs: list[RunResults] = []
     news: list[dict[str, list[int]]] = []
+    early: Outcome | None = None  # a stage's comparison that showed a drop beyond its margin
     for k, scale in enumerate(scales, 1):
         new = {}
         for task, d in sorted(designs.items()):
@@ -583,16 +585,27 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
                     or until_informed(flipped, informative.joined(designs, unit)) < k:
                 decided.update(dict.fromkeys(unit, scale))
         if k < len(scales) and len(decided) < len(designs):
-            for unit in _futile(suite, stored, anchor, candidate, policy, designs, units, decided, scale):
+            early, passed = _interim(suite, stored, anchor, candidate, policy, designs, units, decided, scale)
+            if early is not None:
+                decided.update({t: scale for t in designs if t not in decided})
+                break
+            for unit in passed:
                 decided.update(dict.fromkeys(unit, scale))
                 futile.update(unit)
         if len(decided) == len(designs):
             break
     docs = subset.docs_of(candidate)
-    outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
-                                policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None,
-                                plan=_plan(suite, stored, baseline_path, policy))
+    stage_alpha, final_alpha = sequential.informative_alphas(policy.alpha, len(scales))
+    outcome = early or compare_for_suite(
+        subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
+        dataclasses.replace(policy, alpha=final_alpha), anchor=subset.restrict(anchor, docs) if anchor is not None else None,
+        plan=_plan(suite, stored, baseline_path, policy))
     info = _informative_report(designs, whole, decided, docs, futile)
+    info["failed_at_stage"] = k if early is not None else None
+    info["summary"] += (f"; failed at stage {k} of {len(scales)}: a drop shown beyond its margin at the stage's "
+                        f"alpha ({stage_alpha:.2g})" if early is not None else
+                        f"; the one comparison at alpha {final_alpha:.4g} (the stages before it may fail early, "
+                        f"at {stage_alpha:.2g} each)")
     log(info["summary"])
     outcome.notes.append(info["summary"])
     report_json = report.to_json(outcome)
@@ -600,13 +613,15 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
     return GateResult(outcome.exit_code, outcome, None, None, report_json)
 
 
-def _futile(suite: Suite, stored: RunResults, anchor: RunResults | None, candidate: RunResults, policy: Policy,
-            designs: dict[str, informative.Design], units: list[tuple[str, ...]], decided: dict[str, float],
-            scale: float) -> list[tuple[str, ...]]:
-    """The units still reading whose every gated row shows, from the items read so far, no drop
-    the gate is designed to catch (``sequential.futile_units``); each unit's information fraction
-    estimated from its read flips as the stage rule does (at least ``MIN_FLIPS`` of them, else it
-    is not judged: too few say too little)."""
+def _interim(suite: Suite, stored: RunResults, anchor: RunResults | None, candidate: RunResults, policy: Policy,
+             designs: dict[str, informative.Design], units: list[tuple[str, ...]], decided: dict[str, float],
+             scale: float) -> tuple[Outcome | None, list[tuple[str, ...]]]:
+    """A stage before the last: the comparison of the items read so far (each at what it stands
+    for) at the stage's share of alpha (``sequential.informative_alphas``). A drop shown beyond
+    its margin there fails the gate now (that comparison); else the units still reading whose every
+    gated row shows no drop the gate is designed to catch pass early (``sequential.futile_units``;
+    each unit's information fraction estimated from its read flips as the stage rule does, from
+    at least ``MIN_FLIPS`` of them, else it is not judged: too few say too little)."""
     fractions = {}
     for unit in units:
         if unit[0] in decided:
@@ -615,13 +630,15 @@ def _futile(suite: Suite, stored: RunResults, anchor: RunResults | None, candida
         read = np.flatnonzero(d.read(scale) & _unit_flips(stored, candidate, designs, unit))
         if read.size >= MIN_FLIPS:
             fractions[unit] = informed_share(d.weights(read, scale))
-    if not fractions:
-        return []
+    stage_alpha, final_alpha = sequential.informative_alphas(policy.alpha, len(informative.SCALES))
     docs = subset.docs_of(candidate)
     scales = {task: decided.get(task, scale) for task in designs}
     outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, scales), suite,
-                                policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None)
-    return sequential.futile_units(outcome, fractions, policy.alpha, len(informative.SCALES))
+                                dataclasses.replace(policy, alpha=stage_alpha),
+                                anchor=subset.restrict(anchor, docs) if anchor is not None else None)
+    if sequential.shown_beyond(outcome):
+        return outcome, []
+    return None, sequential.futile_units(outcome, fractions, final_alpha, len(informative.SCALES))
 
 
 def _replayed_informative_gate(suite: Suite, full: GateResult, reference: Path,

@@ -629,14 +629,14 @@ def test_real_sequential_gate_on_a_pull_request_stops_early(tmp_path, gh):
 def test_input_items_informative_reads_the_base_commits_baseline_stage_by_stage(tmp_path, gh):
     """input items: informative gates the PR from the base commit's baseline, stage by stage; the
     demo's committed baseline predates the choice margins, so its right/wrong tasks are read
-    uniformly, and said; the regression is caught. An input that names neither order, or goes with
-    looks, is refused."""
+    uniformly, and said; the regression is caught at the first stage. An input that names neither
+    order, or goes with looks, is refused."""
     ws, base = _demo_repo(tmp_path)
     payload = json.loads(json.dumps(pr_event()).replace(BASE, base))
     res = act_subprocess(ws, gh, "pull_request", payload, command="gate", model="examples/checkpoints/regressed",
                          out="out-inf", items="informative")
     assert res["code"] == 1 and res["outputs"]["verdict"] == "fail", res["out"][-3000:] + res["err"][-2000:]
-    assert "informative: stage 2 of 5" in res["out"]
+    assert "failed at stage 1 of 5: a drop shown beyond its margin" in res["out"], res["out"][-3000:]
     assert "read uniformly (the baseline kept no choice margins for them): demo_arith_gen, demo_arith_mc, " \
            "demo_capitals_mc" in res["out"], res["out"][-3000:]
     for extra, said in (({"items": "some"}, "input items: 'some'; expected uniform or informative"),

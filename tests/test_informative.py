@@ -220,17 +220,18 @@ def test_reading_until_informed_keeps_the_level_for_any_pattern_of_flips(shape: 
 
 
 def test_reading_until_informed_keeps_the_fixed_gates_power_on_two_fifths_of_the_items() -> None:
-    """Along the measured curve it reads 39% of the items, under half of the 88% today's
-    sequential gate reads of such pairs (benchmarks/informative_items.py --sequential), and
-    catches a 3-point drop as often as reading every item, within Monte Carlo error
-    (benchmarks/informative_items.py --until-informed, 2,000 simulations: 89.8% / 61.2% at
-    0.05 / 0.005 against 89.9% / 62.5%); with flips spread evenly it reads every item and decides
-    as the fixed gate does."""
+    """A 3-point drop along the measured curve: the gate reads 37% of the items (a harmless change
+    34%: under half of the 88% today's sequential gate reads of such pairs,
+    benchmarks/informative_items.py --sequential; some drops fail at an early stage) and catches it
+    as often as reading every item, within Monte Carlo error (benchmarks/informative_items.py
+    --until-informed, 2,000 simulations, mid-p: 89.8% / 61.2% at 0.05 / 0.005 against 89.9% /
+    62.5%); with flips spread evenly it reads (nearly) every item and decides as the fixed gate
+    does."""
     k = len(bench.LEVELS)
     along = bench.simulate_adaptive(1000, 0.05, "curve", 0.03, 400, seed=5730)
     full, informed = along["every item"], along["until informed"]
-    assert informed[-1] == pytest.approx(0.39, abs=0.02) and informed[-1] < 0.44
+    assert informed[-1] == pytest.approx(0.37, abs=0.02) and informed[-1] < 0.44
     assert informed[k] >= full[k] - 0.03 and informed[k + 1] >= full[k + 1] - 0.05, along
     evenly = bench.simulate_adaptive(1000, 0.05, "uniform", 0.03, 200, seed=5731)
-    assert evenly["until informed"][-1] > 0.99
+    assert evenly["until informed"][-1] > 0.95
     assert evenly["until informed"][k:2 * k] == pytest.approx(evenly["every item"][k:2 * k], abs=0.01)

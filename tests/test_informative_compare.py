@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import informative_items as bench
 from gatekeeper.compare.compare import _min_p, compare_runs
-from gatekeeper.compare.sequential import futile_units
+from gatekeeper.compare.sequential import futile_units, informative_alphas
 from gatekeeper.compare.stats.weighted import (
     MIN_FLIPS,
     WEIGHTED_MIDP,
@@ -86,18 +86,19 @@ def test_a_read_row_is_the_weighted_flips_test_of_the_whole_task(exact: bool) ->
 
 def _simulate(shape: str, drop: float, sims: int, seed: int, scale: float | None = None) -> tuple[float, float, float]:
     """(the informative gate's failure rate, the fixed gate's on the same pairs, the share of items
-    read): the stage the gate stops at (until informed, or shown futile; or the design at
-    ``scale``), one test there; margin 0.01."""
+    read): the stage the gate stops at (until informed, shown futile, or failed early; or the
+    design at ``scale``), one test there at the alpha the stages leave; margin 0.01."""
     rng = np.random.default_rng(seed)
     q = bench.propensity(N, FLIPS, shape)
     policy = Policy(alpha=ALPHA, margin=0.01)
+    final = replace(policy, alpha=informative_alphas(ALPHA, len(informative.SCALES))[1])
     informed = fixed = read = 0.0
     for sim in range(sims):
         pair = _runs(*bench.draw(rng, q, FLIPS, drop))
         design = _design(seed * 1000 + sim)
         b, c = pair[0].series[next(iter(pair[0].series))].values, pair[1].series[next(iter(pair[1].series))].values
-        at = scale or bench.read_stage(np.asarray(b), np.asarray(c), design)  # informed, or shown futile
-        informed += compare_runs(*_read(*pair, {"t": design}, at), policy).verdict == "fail"
+        at, early = (scale, False) if scale else bench.read_stage(np.asarray(b), np.asarray(c), design)
+        informed += early or compare_runs(*_read(*pair, {"t": design}, at), final).verdict == "fail"
         fixed += compare_runs(*pair, policy).verdict == "fail"
         read += float(design.read(at).mean())
     return informed / sims, fixed / sims, read / sims
@@ -323,3 +324,12 @@ def test_tarones_corner_holds_alpha_for_weighted_mid_p_rows_too() -> None:
     bound = sum(size_at(c.test.null_table, out.alpha_scale * ALPHA * c.share) for c in rows)
     naive = sum(size_at(c.test.null_table, ALPHA * c.share) for c in rows)
     assert bound <= ALPHA < naive, (bound, naive)
+
+
+def test_the_stages_spend_a_small_share_of_alpha_on_early_failures() -> None:
+    """Each stage before the last may fail the gate on a drop shown beyond its margin at its share
+    of alpha, and the one comparison at the end tests at the rest: the shares add up to alpha
+    (Bonferroni over the stages, whatever stage the flips choose), the final one 99.5% of it."""
+    stage, final = informative_alphas(ALPHA, len(informative.SCALES))
+    assert (len(informative.SCALES) - 1) * stage + final == pytest.approx(ALPHA)
+    assert final == pytest.approx(0.995 * ALPHA) and stage == pytest.approx(ALPHA * 0.005 / 4)

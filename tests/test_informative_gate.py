@@ -46,14 +46,13 @@ def _flips_first(baseline: Path, regressed_run: Path, task: str, to: Path) -> Pa
     return to
 
 
-def test_a_group_reads_until_its_flips_say_enough_and_the_verdict_is_the_fixed_gates(demo_gate: Callable,
-                                                                                    demo_run: Callable,
-                                                                                    tmp_path: Path) -> None:
+def test_a_collapse_fails_at_the_first_stage_with_the_fixed_gates_verdicts(demo_gate: Callable, demo_run: Callable,
+                                                                              tmp_path: Path) -> None:
     """The regressed checkpoint, from a baseline whose capitals margins put the items it flips first:
-    the demo_mc group (capitals and arith_mc, by size) chooses its stage from both subtasks' flips
-    and stops at the fourth of five (75% of the items: capitals' 86 flips, 43% of its items, all
-    read, each standing for itself), its rows and
-    its subtasks' tested weighted; the tasks read whole are the fixed gate's rows, item for item."""
+    its drop is shown beyond the margin at the first stage's small share of alpha, so the gate fails
+    there, reading 35% of the items; each row's verdict is the fixed gate's, a row read in part
+    estimates the whole task's change (its interval holds the fixed gate's), a task read whole is
+    the fixed gate's row item for item; plan --mutants' replay decides the same."""
     baseline = _flips_first(demo_gate("base").baseline, demo_run("regressed"), "demo_capitals_mc",
                             tmp_path / "baseline.json.gz")
     fixed = {(c["task"], c["metric"]): c for c in demo_gate("regressed").report["comparisons"]}
@@ -65,12 +64,11 @@ def test_a_group_reads_until_its_flips_say_enough_and_the_verdict_is_the_fixed_g
     info = report["informative"]
     rows = {(c["task"], c["metric"]): c for c in report["comparisons"]}
     assert {k: c["verdict"] for k, c in rows.items()} == {k: c["verdict"] for k, c in fixed.items()}
-    stages = {t: v["stage"] for t, v in info["items"].items()}
-    # arith_gen (right/wrong, no margins: read uniformly) flipped nothing: decided at half its items
-    assert stages == {"demo_arith_gen": 2, "demo_synth_ppl": 1, "demo_capitals_mc": 4, "demo_arith_mc": 4}, info
+    assert info["failed_at_stage"] == 1 and {v["stage"] for v in info["items"].values()} == {1}, info
+    assert "failed at stage 1 of 5: a drop shown beyond its margin at the stage's alpha" in info["summary"]
     assert info["items"]["demo_arith_gen"]["uniform"] and not info["items"]["demo_capitals_mc"]["uniform"]
     read = {t: v["read"] for t, v in info["items"].items()}
-    assert read["demo_capitals_mc"] < 200 and read["demo_arith_mc"] < 225 and info["read"] == sum(read.values())
+    assert info["read"] == sum(read.values()) < 0.4 * info["total"]
     for key, c in rows.items():
         if key[0] in ("demo_capitals_mc", "demo_arith_mc", "demo_mc", "demo_arith_gen"):  # read in part: estimated
             assert (c["test"], c["n"]) == ("weighted-mcnemar-midp", fixed[key]["n"]), key
@@ -78,23 +76,11 @@ def test_a_group_reads_until_its_flips_say_enough_and_the_verdict_is_the_fixed_g
         else:  # every item read: the same items, the same test, the same figures
             assert (c["test"], c["n"], c["p_value"]) == pytest.approx(
                 (fixed[key]["test"], fixed[key]["n"], fixed[key]["p_value"])), key
-    capitals = rows[("demo_capitals_mc", "acc")]
-    assert capitals["delta"] == pytest.approx(fixed[("demo_capitals_mc", "acc")]["delta"])  # every flip read at weight 1
-    assert info["summary"] in proc.stdout and "every item of" not in info["summary"]
+    assert info["summary"] in proc.stdout
     assert "read whole: demo_synth_ppl (bits_per_byte is not right/wrong)" in info["summary"]
     assert "read uniformly (the baseline kept no choice margins for them): demo_arith_gen" in info["summary"]
     assert f"demo_capitals_mc/acc,none: an informative read: {read['demo_capitals_mc']} of 200 items" in proc.stdout
-    # each stage read exactly the design's new items; the group's nothing after it stopped
-    stored = store.load_baseline(baseline)
-    designs, _ = informative.designs_for(stored, load_suite(DEMO_SUITE).random_seed)
-    seen = {t: set() for t in stored.choice_margins}
-    assert sorted(p.name for p in out.glob("stage-*")) == [f"stage-{k}" for k in range(1, 5)]  # all decided at 4
-    for k, scale in enumerate(informative.SCALES[:4], 1):
-        docs = load_run(out / f"stage-{k}").provenance.manifest["look"]["docs"]
-        for task in seen:
-            want = set(np.flatnonzero(designs[task].read(scale)).tolist()) - seen[task]
-            assert set(docs[task]) == want, (task, k)
-            seen[task] |= want
+    assert sorted(p.name for p in out.glob("stage-*")) == ["stage-1"]
     # plan --mutants grades the informative gate on stages cut from a run of every item: the same
     # stages, items and verdicts as reading them one after another
     fixed_gate = GateResult(1, None, None, demo_run("regressed"))
@@ -102,6 +88,35 @@ def test_a_group_reads_until_its_flips_say_enough_and_the_verdict_is_the_fixed_g
     assert replayed.report_json["informative"]["items"] == info["items"]
     assert [(c["task"], c["metric"], c["verdict"], c["p_value"]) for c in replayed.report_json["comparisons"]] == \
         [(c["task"], c["metric"], c["verdict"], c["p_value"]) for c in report["comparisons"]]
+
+
+def test_a_harmless_change_reads_stage_by_stage_the_designs_items(demo_gate: Callable, tmp_path: Path) -> None:
+    """The harmless checkpoint flips no item: each multiple-choice task reads on to the fourth
+    stage (every item then had an even chance to be read), the generation task (right/wrong, no
+    margins: read uniformly) to the second, the perplexity task whole at the first; each stage
+    reads exactly the design's new items; one comparison at the alpha the stages leave, passed."""
+    baseline = demo_gate("base").baseline
+    out = tmp_path / "stages"
+    proc = _gate("--model", checkpoint_arg("harmless"), "--baseline", str(baseline), "--items", "informative",
+                 "--out", str(out), "--json", str(tmp_path / "r.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    info = json.loads((tmp_path / "r.json").read_text())["informative"]
+    stages = {t: v["stage"] for t, v in info["items"].items()}
+    assert stages == {"demo_arith_gen": 2, "demo_synth_ppl": 1, "demo_capitals_mc": 4, "demo_arith_mc": 4}, info
+    assert info["failed_at_stage"] is None and not any(v["futile"] for v in info["items"].values())
+    assert "the one comparison at alpha 0.04975" in info["summary"]
+    stored = store.load_baseline(baseline)
+    designs, _ = informative.designs_for(stored, load_suite(DEMO_SUITE).random_seed)
+    seen = {t: set() for t in designs}
+    assert sorted(p.name for p in out.glob("stage-*")) == [f"stage-{k}" for k in range(1, 5)]
+    for k, scale in enumerate(informative.SCALES[:4], 1):
+        docs = load_run(out / f"stage-{k}").provenance.manifest["look"]["docs"]
+        for task in seen:
+            now = designs[task].read(min(scale, informative.SCALES[stages[task] - 1]))
+            want = set(np.flatnonzero(now).tolist()) - seen[task]
+            assert set(docs.get(task, [])) == want, (task, k)
+            seen[task] |= want
+    assert {t: len(v) for t, v in seen.items()} == {t: v["read"] for t, v in info["items"].items()}
 
 
 def test_informative_flags_that_cannot_apply_are_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -361,9 +361,8 @@ def _test_pair(baseline: RunResults, candidate: RunResults, pairs: list[GroupPai
 def _read_note(candidate: RunResults, c: Comparison) -> str:
     read = sum(candidate.series[key].n for key in candidate.series
                if key.task in (c.subtasks or (c.key.task,)) and (key.metric, key.filter) == (c.key.metric, c.key.filter))
-    return (f"{c.key}: an informative read: {read:,} of {c.test.n:,} items, chosen from the baseline (the likely "
-            "flips first, every item with a known chance); its values are the whole task's estimates and its test "
-            "the weighted flips' McNemar test, whose false-alarm rate holds whatever items flipped")
+    return (f"{c.key}: an informative read: {read:,} of {c.test.n:,} items; its values estimate the whole "
+            "task's, its test the weighted flips' McNemar test")
 
 
 def _weighted_test(series: MetricSeries, base: np.ndarray, cand: np.ndarray, clusters: np.ndarray | None,

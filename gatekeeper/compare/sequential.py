@@ -50,6 +50,24 @@ FUTILITY_BETA = 0.005  # the most power early passes may cost at the design alte
 # (benchmarks/informative_items.py), and what lets flips spread evenly stop where a sequential
 # gate's looks do (88% of the items).
 INFORMATIVE_FUTILITY_BETA = 0.02
+# They may also fail early on a drop already shown: the stages before the last spend this share of
+# alpha, split evenly (Bonferroni over the stages: valid whatever stage the flips choose to test
+# at), and the one comparison at the end tests at the rest. A collapse stops at the first stage;
+# the final test loses almost nothing (alpha 0.04975 for 0.05: no power lost in the simulations).
+INFORMATIVE_EARLY_SHARE = 0.005
+
+
+def informative_alphas(alpha: float, stages: int) -> tuple[float, float]:
+    """(each stage's alpha before the last, the final comparison's) of an informative gate."""
+    early = alpha * INFORMATIVE_EARLY_SHARE
+    return early / max(1, stages - 1), alpha - early
+
+
+def shown_beyond(outcome: Outcome) -> bool:
+    """A gated drop (or the anchor's drift) *shown* beyond its margin, the interval's near end
+    past it: what fails an interim look or stage, never a point estimate beyond it (early looks
+    see few items)."""
+    return any(c.drop_bounds[0] > c.margin for c in [*outcome.regressions, *outcome.drifted])
 POWER = 0.80  # the power the design alternative's MDE is computed at
 
 
@@ -276,10 +294,9 @@ def decide(outcome: Outcome, look: int, t: np.ndarray, alpha: float, beta: float
     gated = [c for c in outcome.comparisons if c.gated] + [c for c in outcome.anchor_comparisons if c.gated]
     if look == len(t):
         return LookDecision(look, frac, level, "fail" if outcome.verdict in ("fail", "drift") else "pass", {})
-    # An interim look fails only on a drop *shown* beyond its margin at the look's level (the
-    # interval's near end past the margin), never on a point estimate beyond it: early looks see
-    # few items, and a drop within the margin must fail no more often than under the fixed gate.
-    if any(c.drop_bounds[0] > c.margin for c in [*outcome.regressions, *outcome.drifted]):
+    # An interim look fails only on a drop shown beyond its margin at the look's level: a drop
+    # within the margin must fail no more often than under the fixed gate.
+    if shown_beyond(outcome):
         return LookDecision(look, frac, level, "fail", {})
     # Each row's final-look level for the share of alpha it starts with: its MDE's level. A row
     # that starts with none at this look (Tarone: too few flips among the items read so far) is
