@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
@@ -67,20 +68,28 @@ def null_distribution(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(support, pmf) of the sum of weights[i] * e_i, e_i = +1 or -1 with probability 1/2 each,
     for integer weights: one binomial per distinct weight, convolved (directly while small, else by
     FFT: 0.1 s for 700 flips of an MMLU-sized task instead of 0.8; tails within 2e-10 relative at
-    1e-6, the smallest level a policy allows)."""
+    1e-6, the smallest level a policy allows). It depends only on how many flips carry each
+    weight, so it is kept for the next row or stage with the same counts (read-only arrays)."""
+    values, counts = np.unique(np.asarray(weights, dtype=np.int64), return_counts=True)
+    return _null(tuple(zip(values.tolist(), counts.tolist(), strict=True)))
+
+
+@lru_cache(maxsize=1024)
+def _null(parts: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
     from scipy.signal import fftconvolve
     from scipy.stats import binom
 
-    weights = np.asarray(weights, dtype=np.int64)
-    total = int(weights.sum())
+    total = sum(w * m for w, m in parts)
     pmf = np.array([1.0])
-    for w, m in zip(*np.unique(weights, return_counts=True), strict=True):
+    for w, m in parts:
         # sum of m directions at weight w: w * (2B - m), B ~ Binomial(m, 1/2); on a grid of step 1
-        part = np.zeros(2 * int(w) * int(m) + 1)
-        part[:: 2 * int(w)] = binom.pmf(np.arange(m + 1), m, 0.5)
+        part = np.zeros(2 * w * m + 1)
+        part[:: 2 * w] = binom.pmf(np.arange(m + 1), m, 0.5)
         pmf = np.convolve(pmf, part) if pmf.size * part.size <= 100_000 else np.clip(fftconvolve(pmf, part), 0, None)
     support = np.arange(-total, total + 1)
-    return support, pmf / pmf.sum()
+    pmf = pmf / pmf.sum()
+    support.flags.writeable = pmf.flags.writeable = False
+    return support, pmf
 
 
 def _tail(support: np.ndarray, pmf: np.ndarray, observed: int, exact: bool) -> float:
