@@ -577,15 +577,13 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
             news.append(got)
         candidate = subset.join(runs, news)
         decided.update({t: scale for t in whole if t not in decided})  # every item read at the first stage
-        for unit in units:
-            if unit[0] in decided:
-                continue
-            flipped = _unit_flips(stored, candidate, designs, unit)
+        flips = {unit: _unit_flips(stored, candidate, designs, unit) for unit in units if unit[0] not in decided}
+        for unit, flipped in flips.items():
             if k == len(scales) or all(read[t].all() for t in unit) \
                     or until_informed(flipped, informative.joined(designs, unit)) < k:
                 decided.update(dict.fromkeys(unit, scale))
         if k < len(scales) and len(decided) < len(designs):
-            early, passed = _interim(suite, stored, anchor, candidate, policy, designs, units, decided, scale)
+            early, passed = _interim(suite, stored, anchor, candidate, policy, designs, flips, decided, scale)
             if early is not None:
                 decided.update({t: scale for t in designs if t not in decided})
                 break
@@ -594,13 +592,11 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
                 futile.update(unit)
         if len(decided) == len(designs):
             break
-    docs = subset.docs_of(candidate)
     stage_alpha, final_alpha = sequential.informative_alphas(policy.alpha, len(scales))
-    outcome = early or compare_for_suite(
-        subset.restrict(stored, docs), informative.weigh(candidate, designs, decided), suite,
-        dataclasses.replace(policy, alpha=final_alpha), anchor=subset.restrict(anchor, docs) if anchor is not None else None,
-        plan=_plan(suite, stored, baseline_path, policy))
-    info = _informative_report(designs, whole, decided, docs, futile)
+    outcome = early or _compare_read(suite, stored, anchor, candidate, designs, decided,
+                                     dataclasses.replace(policy, alpha=final_alpha),
+                                     plan=_plan(suite, stored, baseline_path, policy))
+    info = _informative_report(designs, whole, decided, subset.docs_of(candidate), futile)
     info["failed_at_stage"] = k if early is not None else None
     info["summary"] += (f"; failed at stage {k} of {len(scales)}: a drop shown beyond its margin at the stage's "
                         f"alpha ({stage_alpha:.2g})" if early is not None else
@@ -614,31 +610,39 @@ def _informative_stages(suite: Suite, stored: RunResults, anchor: RunResults | N
 
 
 def _interim(suite: Suite, stored: RunResults, anchor: RunResults | None, candidate: RunResults, policy: Policy,
-             designs: dict[str, informative.Design], units: list[tuple[str, ...]], decided: dict[str, float],
-             scale: float) -> tuple[Outcome | None, list[tuple[str, ...]]]:
+             designs: dict[str, informative.Design], flips: dict[tuple[str, ...], np.ndarray],
+             decided: dict[str, float], scale: float) -> tuple[Outcome | None, list[tuple[str, ...]]]:
     """A stage before the last: the comparison of the items read so far (each at what it stands
     for) at the stage's share of alpha (``sequential.informative_alphas``). A drop shown beyond
     its margin there fails the gate now (that comparison); else the units still reading whose every
     gated row shows no drop the gate is designed to catch pass early (``sequential.futile_units``;
     each unit's information fraction estimated from its read flips as the stage rule does, from
-    at least ``MIN_FLIPS`` of them, else it is not judged: too few say too little)."""
+    at least ``MIN_FLIPS`` of them, else it is not judged: too few say too little). ``flips``:
+    each unit's flipped items this stage (``_unit_flips``)."""
     fractions = {}
-    for unit in units:
+    for unit, flipped in flips.items():
         if unit[0] in decided:
             continue
         d = informative.joined(designs, unit)
-        read = np.flatnonzero(d.read(scale) & _unit_flips(stored, candidate, designs, unit))
+        read = np.flatnonzero(d.read(scale) & flipped)
         if read.size >= MIN_FLIPS:
             fractions[unit] = informed_share(d.weights(read, scale))
     stage_alpha, final_alpha = sequential.informative_alphas(policy.alpha, len(informative.SCALES))
-    docs = subset.docs_of(candidate)
-    scales = {task: decided.get(task, scale) for task in designs}
-    outcome = compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, scales), suite,
-                                dataclasses.replace(policy, alpha=stage_alpha),
-                                anchor=subset.restrict(anchor, docs) if anchor is not None else None)
+    outcome = _compare_read(suite, stored, anchor, candidate, designs, {t: decided.get(t, scale) for t in designs},
+                            dataclasses.replace(policy, alpha=stage_alpha))
     if sequential.shown_beyond(outcome):
         return outcome, []
     return None, sequential.futile_units(outcome, fractions, final_alpha, len(informative.SCALES))
+
+
+def _compare_read(suite: Suite, stored: RunResults, anchor: RunResults | None, candidate: RunResults,
+                  designs: dict[str, informative.Design], scales: dict[str, float], policy: Policy,
+                  plan: plans.Plan | None = None) -> Outcome:
+    """The items an informative gate read so far, each standing for what its task's design says
+    at its scale (``informative.weigh``), against the baseline and the anchor cut to them."""
+    docs = subset.docs_of(candidate)
+    return compare_for_suite(subset.restrict(stored, docs), informative.weigh(candidate, designs, scales), suite,
+                             policy, anchor=subset.restrict(anchor, docs) if anchor is not None else None, plan=plan)
 
 
 def _replayed_informative_gate(suite: Suite, full: GateResult, reference: Path,
