@@ -45,7 +45,7 @@ class SeriesKey:
 class Sample:
     """The items of a series that an informative design read (``results/informative.py``, issue
     #57), and what they stand for: the comparison estimates the whole task's change from them
-    (Horvitz-Thompson) and tests it with the weighted flips' exact test."""
+    (Horvitz-Thompson) and tests it with the weighted flips' McNemar test."""
 
     weights: np.ndarray  # per item, aligned with the series' doc_ids: 1 / its inclusion probability
     total: int  # the items of the task (a group: of its subtasks) the read ones stand for

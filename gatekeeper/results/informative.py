@@ -13,9 +13,10 @@ keeps most of the information per item read: Neyman's allocation). Each item is 
 (Poisson sampling) by a uniform number fixed by the seed, the task and the document, so every
 process, a sharded gate's judge included, draws the same items. An item read at probability pi
 stands for 1/pi items (Horvitz-Thompson): the estimate of the whole task's change is unbiased
-whatever the flips, and the weights are integers, which keeps the test exact
-(``compare/stats/weighted.py``). Items without a margin (generation, continuous metrics) are read
-with probability 1.
+whatever the flips, and the weights are integers, which keeps the test's null distribution exact
+(``compare/stats/weighted.py``). A right/wrong task whose baseline kept no margins is read
+uniformly (``UNIFORM_SHARE``); a task that cannot be weighted exactly (continuous metrics,
+clusters) is read whole.
 
 Looks nest: at a fraction t of the design, item i is read when u_i < t * pi_i, so the items of
 look k are among those of look k + 1 and each read item's weight is 1 / (t * pi_i); at t = 1 the
